@@ -91,6 +91,9 @@ class ApprovalRequest:
     node_name: str | None = field(default=None, compare=False, hash=False)
     # A sandbox's connection waiting for a name ("name:port", engine.sandbox.egress), not a command.
     egress: str | None = None
+    # Whose ask it is on a node shared by several gateways (ExecContext.owner: `<namespace><agent>`), ""
+    # elsewhere: part of the question, so one gateway's human never answers another gateway's agent's ask.
+    owner: str = ""
 
     def question(self) -> ApprovalRequest:
         """What makes two asks one question for the operator: everything but who asked (the session,

@@ -150,18 +150,29 @@ class ApprovalsFile:
     agents: dict[str, PolicyBlock] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def agent(self, agent_id: str) -> AgentApprovals:
-        """Resolve per reference §3.2: agent, then wildcard, then defaults; an invalid field masks."""
+    def agent(self, agent_id: str, owner: str | None = None) -> AgentApprovals:
+        """Resolve per reference §3.2: agent, then wildcard, then defaults; an invalid field masks.
+
+        `owner`: whose entries apply, when that is not the agent's plain name (a node shared by several
+        gateways: `<gateway namespace><agent>`, ExecContext.owner). The owner's block is its own key in
+        `agents`: its allowlist takes the place of the plain name's (an entry filed by the name alone is
+        the anonymous namespace's, never a keyed gateway's), and its policy fields, when it has any, come
+        before the name's. The name's policy fields (the node operator's, like its config) still apply."""
         agent_id = normalize_agent_id(agent_id)
         own = self.agents.get(agent_id) or PolicyBlock()
         wildcard = self.agents.get(WILDCARD_AGENT) or PolicyBlock()
+        owner = agent_id if owner is None else normalize_agent_id(owner)  # (as the store files it)
+        mine = own if owner == agent_id else self.agents.get(owner) or PolicyBlock()
         values: dict[str, Any] = {}
         sources: dict[str, str | None] = {}
         for key in _POLICY_KEYS:
+            if mine is not own and mine.present(key) and key not in mine.invalid:
+                values[key], sources[key] = mine.value(key), f"agents.{owner}.{key}"
+                continue
             values[key], sources[key] = self._resolve_field(key, agent_id, own, wildcard)
         allowlist = list(wildcard.allowlist)
         if agent_id != WILDCARD_AGENT:
-            allowlist += own.allowlist
+            allowlist += mine.allowlist
         return AgentApprovals(
             security=values["security"],
             ask=values["ask"],
@@ -183,12 +194,13 @@ class ApprovalsFile:
                 return block.value(key), f"agents.{name}.{key}"
         return from_defaults
 
-    def entries(self, agent_id: str) -> list[AllowlistEntry]:
-        """The agent's allowlist for matching. An entry whose argPattern does not compile is left out:
-        it can never match, and dropping the argPattern instead would widen it to any arguments."""
+    def entries(self, agent_id: str, owner: str | None = None) -> list[AllowlistEntry]:
+        """The agent's (or `owner`'s: agent()) allowlist for matching. An entry whose argPattern does not
+        compile is left out: it can never match, and dropping the argPattern instead would widen it to
+        any arguments."""
         return [
             AllowlistEntry(pattern=r.pattern, arg_pattern=r.arg_pattern, id=r.id, source=r.source)
-            for r in self.agent(agent_id).allowlist
+            for r in self.agent(agent_id, owner).allowlist
             if r.arg_pattern_valid()
         ]
 

@@ -173,9 +173,10 @@ def evaluate(
     if cwd is not None and "\x00" in cwd:  # the OS would refuse it mid-decision ("embedded null byte")
         raise InvalidInput("cwd contains a NUL byte")
     approvals = store.snapshot() if store is not None else None
-    file_policy = approvals.agent(agent_id) if approvals is not None else None
+    # The file's entries are the owner's (a gateway's agent on a shared node: ExecContext.owner).
+    file_policy = approvals.agent(agent_id, owner) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None
-    entries = approvals.entries(agent_id) if approvals is not None else []
+    entries = approvals.entries(agent_id, owner) if approvals is not None else []
     entries = [*entries, *grants]  # live grants (allow-always with limits) match after the file's entries
 
     analysis = analyze_command(command)

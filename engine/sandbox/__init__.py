@@ -114,15 +114,18 @@ async def prepare_exec(
     *,
     path_prepend: list[str] | None = None,
     manager: SandboxManager | None = None,
+    namespace: str = "",
 ) -> SandboxExec:
     """Ensure the agent/session's container (create, start or keep) and return how to run in it.
 
     `workdir` is the raw `workdir` tool parameter (a container path such as /workspace/sub, or None).
+    `namespace`: the calling gateway's on a shared node (ExecContext.namespace): the scope is its own.
     Raises engine.results.ToolError with a message for the agent when no sandbox can be provided.
     """
     mgr = manager or default_manager()
-    settings = resolve_settings(config, agent_id or "main")
-    lay = layout(settings, agent_id or "main", session_key or main_session_key(agent_id or "main"))
+    agent = agent_id or "main"
+    settings = resolve_settings(config, agent)
+    lay = layout(settings, agent, session_key or main_session_key(agent), namespace=namespace)
     mgr.pool.sync(config)  # a reloaded config drops the spares it no longer asks for
     try:
         await mgr.maybe_prune(settings)

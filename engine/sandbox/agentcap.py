@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from engine.principals import key_owner
 from engine.sandbox.backend import backend_named
 from engine.sandbox.registry import RegistryEntry
+from engine.sandbox.settings import is_shared
 
 DEFAULT_MAX_SANDBOXES_PER_AGENT = 16
 
@@ -37,7 +38,7 @@ def owned(entries: list[RegistryEntry], agent_id: str, besides: str) -> list[Reg
         for e in entries
         if (e.agentId or key_owner(e.sessionKey)) == agent_id
         and e.containerName != besides
-        and e.sessionKey != "shared"
+        and not is_shared(e.containerName)  # (a gateway's own shared scope on a node is nobody's either)
     ]
 
 

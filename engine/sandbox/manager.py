@@ -31,6 +31,7 @@ from engine.sandbox.settings import (
     layout,
     recreate_hint,
     resolve_settings,
+    split_namespace,
     state_id,
 )
 from engine.sandbox.validate import docker_writable, sanitize_container_env, validate_docker
@@ -646,12 +647,13 @@ class SandboxManager:
             if pool_born and is_pool_name(name) and entry is None:
                 continue  # a ready spare: no agent's yet (docs/SANDBOX-POOL.md)
             scope = entry.sessionKey if entry else labels.get("openclaw.sessionKey", "")
-            owner = (entry.agentId if entry else None) or labels.get("exechost.agentId") or key_owner(scope)
+            namespace, own = split_namespace(scope)  # (a gateway's own scope on a shared node)
+            owner = (entry.agentId if entry else None) or labels.get("exechost.agentId") or key_owner(own)
             agent_id = owner or MAIN_AGENT  # whose settings it is compared with; an ownerless one is shown
             # with main's, but belongs to the operator alone (principals: an ownerless key is the operator's)
             settings = resolve_settings(config, agent_id)
             session = scope if settings.scope == "session" else f"agent:{agent_id}:main"
-            expected_lay = layout(settings, agent_id, session)
+            expected_lay = layout(settings, agent_id, session, namespace=namespace)
             expected_hash = config_hash(settings, expected_lay)
             if pool_born:  # its label holds the pool key; what the claim bound it to is the registry's
                 current_hash = entry.configHash if entry else None

@@ -231,12 +231,30 @@ def is_sandboxed(mode: str, agent_id: str, session_key: str) -> bool:
     return False
 
 
-def scope_key(scope: str, agent_id: str, session_key: str) -> str:
+NAMESPACE_SEP = "/"  # ends a node's gateway namespace (runner.node.gateways.SEP); never in a gateway's key
+
+
+_NAMESPACE = re.compile(r"[0-9a-f]{32}/")  # a gateway key's fingerprint (engine.nodes.gateway_key) and SEP
+
+
+def split_namespace(key: str) -> tuple[str, str]:
+    """(namespace, the gateway's own key) of a scope key a node filed; ("", key) for any other (a
+    gateway's own session key may hold a `/`, but never a node's namespace ahead of it)."""
+    found = _NAMESPACE.match(key)
+    return (found.group(0), key[found.end() :]) if found else ("", key)
+
+
+def scope_key(scope: str, agent_id: str, session_key: str, namespace: str = "") -> str:
+    """Whose sandbox a call uses. `namespace`: the calling gateway's on a node shared by several
+    (runner.node.gateways, `<fingerprint>/`, "" on a gateway and for an anonymous link): every scope, the
+    agent's and the shared one included, is then that gateway's, so two gateways' agents of one name never
+    share a sandbox (docs/SECURITY.md §2)."""
     if scope == "shared":
-        return "shared"
+        return namespace + "shared"
     if scope == "agent":
-        return f"agent:{agent_id}"
-    return session_key
+        return f"{namespace}agent:{agent_id}"
+    # A node files a session key under its gateway already; one that does not carry it gets it.
+    return session_key if session_key.startswith(namespace) else namespace + session_key
 
 
 SLUG_HASH_HEX = 32  # 128 bits: no key can be searched for that maps onto another's sandbox name
@@ -272,12 +290,20 @@ def container_name(settings: SandboxSettings, scope_key_value: str) -> str:
     # backend's sandbox (and its control dir) under the same name.
     kind = "bw-" if settings.backend == "bwrap" else ""
     head = f"{settings.docker.container_prefix}{kind}{state_id()}-"
-    suffix = "shared" if settings.scope == "shared" else slugify(scope_key_value)
+    suffix = _suffix(settings.scope, scope_key_value)
     room = 63 - len(head)
     if len(suffix) > room:
         keep = SLUG_HASH_HEX + 1  # "-<hash>": the readable part goes first, then nothing of the hash
         suffix = (suffix[: max(room - keep, 0)].rstrip("-") + suffix[-keep:])[-room:]
     return head + suffix
+
+
+def _suffix(scope: str, key: str) -> str:
+    """A scope's name part: its slug; the shared scope's is `shared`, and a gateway's own shared scope on a
+    node (`<ns>shared`) `<hash of the key>-shared`: still a shared scope's name, never a slug's."""
+    if scope != "shared":
+        return slugify(key)
+    return "shared" if key == "shared" else f"{_sha(key)[:SLUG_HASH_HEX]}-shared"
 
 
 def is_shared(name: str) -> bool:
@@ -315,34 +341,41 @@ class Layout:
 
 
 def layout(
-    settings: SandboxSettings, agent_id: str, session_key: str, agent_workspace: str | None = None
+    settings: SandboxSettings,
+    agent_id: str,
+    session_key: str,
+    agent_workspace: str | None = None,
+    namespace: str = "",
 ) -> Layout:
+    """`namespace`: the calling gateway's on a shared node (scope_key)."""
     # Memoised per settings object (resolve_settings hands out one per distinct config; the entry keeps it
     # alive, so its id is never reused while cached), the state dir and cwd its paths derive from.
-    key = (id(settings), agent_id, session_key, agent_workspace, str(statefs.state_dir()), os.getcwd())
+    cwd = os.getcwd()
+    key = (id(settings), agent_id, session_key, agent_workspace, str(statefs.state_dir()), cwd, namespace)
     known = _layouts.get(key)
     if known is not None and known[0] is settings:
         return known[1]
     if len(_layouts) >= 256:
         _layouts.clear()
-    lay = _layout(settings, agent_id, session_key, agent_workspace)
+    lay = _layout(settings, agent_id, session_key, agent_workspace, namespace)
     _layouts[key] = (settings, lay)
     return lay
 
 
-_layouts: dict[tuple[int, str, str, str | None, str, str], tuple[SandboxSettings, Layout]] = {}
+_layouts: dict[tuple[int, str, str, str | None, str, str, str], tuple[SandboxSettings, Layout]] = {}
 
 
 def _layout(
-    settings: SandboxSettings, agent_id: str, session_key: str, agent_workspace: str | None
+    settings: SandboxSettings, agent_id: str, session_key: str, agent_workspace: str | None, namespace: str
 ) -> Layout:
-    key = scope_key(settings.scope, agent_id, session_key)
+    key = scope_key(settings.scope, agent_id, session_key, namespace)
     root = Path(settings.workspace_root)
     # The shared scope gets a sibling dir of its own, never the root: mounting the root would hand one
     # container every other scope's workspace (and the power to swap them for links). Slugs always end
-    # in "-<hash>", so "shared" never collides with one.
-    sandbox_ws = str(root / ("shared" if settings.scope == "shared" else slugify(key)))
-    agent_ws = os.path.abspath(agent_workspace or agent_workspace_dir(agent_id))
+    # in "-<hash>", so "shared" never collides with one; a gateway's own shared scope on a node is a slug.
+    sandbox_ws = str(root / ("shared" if key == "shared" else slugify(key)))
+    # On a shared node the agent's workspace is its gateway's agent's too (`<ns><agent>`, never the name).
+    agent_ws = os.path.abspath(agent_workspace or agent_workspace_dir(namespace + agent_id))
     if settings.workspace_access == "rw":
         return Layout(key, container_name(settings, key), sandbox_ws, agent_ws, agent_ws, None)
     agent_mount = agent_ws if settings.workspace_access == "ro" else None

@@ -105,7 +105,8 @@ def decide(
     check_enums(call)
     cwd_warnings: list[str] = []
     cwd = checked_workdir(workdir, cwd_warnings)
-    live = [] if grants is None else grants.entries(agent_id, session_key or None)
+    # A grant is its owner's (on a shared node a gateway's agent's, ExecContext.owner), never the name's.
+    live = [] if grants is None else grants.entries(owner or agent_id, session_key or None)
 
     def decide_in(cwd: str) -> Decision:
         decision = evaluate(

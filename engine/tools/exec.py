@@ -255,7 +255,11 @@ class ExecTool:
 
         # The raw workdir: prepare_exec maps it into the container (a host path means nothing there).
         sx = await prepare_exec(
-            config, ctx.agent_id, ctx.session_key, workdir if isinstance(workdir, str) else None
+            config,
+            ctx.agent_id,
+            ctx.session_key,
+            workdir if isinstance(workdir, str) else None,
+            namespace=ctx.namespace,
         )
         prepared.launcher = sx.launcher
         prepared.cwd = sx.cwd
@@ -274,7 +278,7 @@ class ExecTool:
             entry_id = seg.get("entryId")
             if seg.get("satisfiedBy") == "allowlist" and entry_id:
                 path = seg.get("resolvedPath")
-                self._uses.add(Use(ctx.agent_id, entry_id, prepared.command, path, now))
+                self._uses.add(Use(ctx.owner, entry_id, prepared.command, path, now))  # (its block's)
 
     # -- running
 
@@ -620,7 +624,7 @@ class ExecTool:
                         return True, "", approved
                     self.grants.ensure(
                         record.grant_id,
-                        ctx.agent_id,
+                        ctx.owner,  # the gateway's agent's on a shared node, never every gateway's
                         patterns,
                         prepared.command,
                         record.grant,
@@ -633,7 +637,9 @@ class ExecTool:
                     log.warning("could not save grant %s: %s", patterns, exc)
             elif patterns:
                 try:
-                    self.store.persist_allow_always(ctx.agent_id, patterns)
+                    # Under its owner (on a shared node, the gateway's namespace and agent): one gateway's
+                    # human's allow-always is never another gateway's agent's of that name.
+                    self.store.persist_allow_always(ctx.owner, patterns)
                 except Exception as exc:
                     log.warning("could not persist allow-always patterns %s: %s", patterns, exc)
             return True, "", approved

@@ -54,6 +54,7 @@ def ask_request(prepared: Prepared, ctx: ExecContext, call: ExecRequest) -> Appr
         decision_json=d.to_json(),
         warnings=tuple(prepared.warnings),
         agent_reason=agent_reason(call.reason),
+        owner=ctx.owner if ctx.namespace else "",
     )
 
 

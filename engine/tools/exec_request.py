@@ -136,10 +136,12 @@ class ExecContext:
     # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so
     # the caller can say so (the CLI on stderr, MCP as progress) instead of hanging silently.
     on_waiting: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
-    # Whose host resources a gateway-host run uses (its private dirs, kept view, pids cgroup), "" for the
-    # agent's own: a node files them under the calling gateway's namespace too (runner.node.sysrun), so
-    # two gateways' agents of one name never share them. Policy is still the agent's (agent_id).
-    view_owner: str = ""
+    # The calling gateway's namespace on a node shared by several (`<fingerprint>/`, runner.node.gateways),
+    # "" on a gateway and for an anonymous link: everything the node files for this call — its host
+    # resources (private dirs, kept view, pids cgroup), its sandbox's scope, its allow-always entries and
+    # grants — is keyed by `owner` (namespace + agent), so two gateways' agents of one name never share any
+    # of it. Policy (config, the approvals file's policy fields) is still the agent's by name (agent_id).
+    namespace: str = ""
 
     @property
     def scope_key(self) -> str:
@@ -147,8 +149,8 @@ class ExecContext:
 
     @property
     def owner(self) -> str:
-        """The id every per-agent host resource of this call is keyed by (view_owner)."""
-        return self.view_owner or self.agent_id
+        """The id every per-agent resource and approval of this call is keyed by (namespace + agent)."""
+        return self.namespace + self.agent_id
 
 
 @dataclass

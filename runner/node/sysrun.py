@@ -141,12 +141,13 @@ class SystemRun:
         # finds nothing of it; its events go only to this gateway's link, in its own terms.
         ns = gateways.CURRENT_GATEWAY.get()
         own = p.get("sessionKey") or ""
-        # Its host resources (private /tmp, kept view, pids cgroup) are the gateway's agent's too: keyed by
-        # namespace and agent, as its sessions are; policy is still the agent's (ExecContext.owner).
+        # Everything else it files (host resources, its sandbox, allow-always entries, grants) is the
+        # gateway's agent's too: keyed by namespace and agent, as its sessions are (ExecContext.owner);
+        # policy is still the agent's by name.
         ctx = ExecContext(
             agent_id=agent_id,
             session_key=ns + (own or f"agent:{agent_id}") if ns else own,
-            view_owner=ns + agent_id,
+            namespace=ns,
         )
         session_key = ns + session_key
         suppress = bool(p.get("suppressNotifyOnExit"))

@@ -507,13 +507,6 @@ async def test_class1_a_home_socket_bound_by_a_relative_name_is_a_host_runs(stat
     assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node shared by two gateways files sessions per gateway, but a sandbox by its scope key "
-    "alone: with scope agent (the default) `agent:<id>` has no gateway in it, so gateway B's agent of the "
-    "same name works in gateway A's agent's sandbox on that node (its files, its processes; egress asks "
-    "bind to the latest call of that name, runner/node/egress.py)",
-)
 async def test_class1_two_gateways_agents_of_one_name_share_a_nodes_sandbox(
     state_dir: Path,
     sshd_nodes: list[SshdNode],  # noqa: F811
@@ -548,12 +541,6 @@ async def test_class1_two_gateways_agents_of_one_name_share_a_nodes_sandbox(
     assert "A-SECRET-r11a" not in output, f"gateway B's main read gateway A's main's sandbox: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node keeps an allow-always by the plain agent name (its approvals file), whichever "
-    "gateway's operator gave it: gateway B's human allowing B's `main` a command on a shared node lets "
-    "gateway A's `main` run it there unasked (sessions are per gateway, the node's policy is not)",
-)
 async def test_class1_one_gateways_allow_always_on_a_shared_node_is_another_gateways(
     state_dir: Path,
     sshd_nodes: list[SshdNode],  # noqa: F811
