@@ -36,7 +36,7 @@ from engine.sandbox import default_manager
 from engine.sandbox.egress import forwarder
 from engine.sandbox.egress.log import EgressLog, encode
 from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
-from engine.sandbox.settings import is_shared
+from engine.sandbox.settings import is_shared, split_namespace
 
 
 class EgressServices(Protocol):
@@ -94,7 +94,8 @@ class EgressHub:
                 uid = None
             try:
                 name = entry.containerName
-                await self.proxy.listen(name, entry.agentId or "main", directory, uid, is_shared(name))
+                owner = split_namespace(entry.sessionKey)[0] + (entry.agentId or "main")  # (as ensured)
+                await self.proxy.listen(name, owner, directory, uid, is_shared(name))
             except OSError as exc:
                 log.warning("egress: %s not served: %s", entry.containerName, exc)
 
@@ -123,9 +124,10 @@ class EgressHub:
 
     def _egress(self, agent_id: str) -> dict[str, Any]:
         """The agent's `[sandbox.egress]` keys, merged over the global ones (reloaded with the config). Read
-        here, not through resolve_settings, which builds every sandbox setting (~0.4 ms on the loop)."""
+        here, not through resolve_settings, which builds every sandbox setting (~0.4 ms on the loop).
+        `agent_id` is the principal: on a shared node `<namespace><agent>`, whose settings are the agent's."""
         config = self.services.config()
-        return dict(config.sandbox_for(agent_id).egress) if config is not None else {}
+        return dict(config.sandbox_for(split_namespace(agent_id)[1]).egress) if config is not None else {}
 
     def cap(self, agent_id: str) -> int:
         """The agent's `maxConnections` (looked up at each accept and each request head)."""
@@ -169,8 +171,9 @@ class EgressHub:
             command=f"connect {target} [{kind}]",
             cwd="",
             host="sandbox",
-            agent_id=req.agent_id,
+            agent_id=split_namespace(req.agent_id)[1],  # the agent, as its gateway names it
             session_key=req.sandbox,
+            owner=req.agent_id if split_namespace(req.agent_id)[0] else "",  # (a shared node's gateway's)
             allowed_decisions=DECISIONS,
             egress=target,
         )

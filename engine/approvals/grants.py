@@ -18,7 +18,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -330,14 +330,16 @@ class GrantStore:
                 self._write(out, grants, spent)
         return True
 
-    def revoke(self, grant_id: str) -> Grant | None:
-        """Remove a grant by id or unique prefix; the removed grant, or None when none matched."""
+    def revoke(self, grant_id: str, mine: Callable[[Grant], bool] | None = None) -> Grant | None:
+        """Remove a grant by id or unique prefix; the removed grant, or None when none matched. `mine`:
+        which grants the asker may name at all (a node's: its gateway's own), the others as if absent."""
         key = grant_id.strip().removeprefix(GRANT_PREFIX)
         if not key:
             return None
         with statefs.file_lock(self.path):
             grants, spent = self._read_all(writing=True)
-            hits = [g for g in grants if g.id == key] or [g for g in grants if g.id.startswith(key)]
+            named = [g for g in grants if mine is None or mine(g)]
+            hits = [g for g in named if g.id == key] or [g for g in named if g.id.startswith(key)]
             if len(hits) != 1:
                 return None
             self._write([g for g in grants if g is not hits[0]], grants, spent)

@@ -239,7 +239,9 @@ class SandboxManager:
         if self.egress is not None:
             user = settings.docker.user or workspace_user(lay.workspace_dir)
             uid = os.geteuid() if settings.backend == BWRAP or user is None else _numeric_uid(user)
-            await self.egress(lay.name, agent_id, uid)
+            # Its connections' principal is the scope's owner: on a shared node the gateway's namespace
+            # and agent (their allow-always names, grants, asks and history are that gateway's agent's).
+            await self.egress(lay.name, split_namespace(lay.scope_key)[0] + agent_id, uid)
 
     async def _ensure_bwrap(
         self,

@@ -248,7 +248,8 @@ def scope_key(scope: str, agent_id: str, session_key: str, namespace: str = "") 
     """Whose sandbox a call uses. `namespace`: the calling gateway's on a node shared by several
     (runner.node.gateways, `<fingerprint>/`, "" on a gateway and for an anonymous link): every scope, the
     agent's and the shared one included, is then that gateway's, so two gateways' agents of one name never
-    share a sandbox (docs/SECURITY.md §2)."""
+    share a sandbox (docs/SECURITY.md §2). A session key a node filed names its namespace itself."""
+    namespace = namespace or split_namespace(session_key)[0]
     if scope == "shared":
         return namespace + "shared"
     if scope == "agent":

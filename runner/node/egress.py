@@ -51,11 +51,12 @@ def node_egress(
     config: Callable[[], Config],
     runs: dict[str, list[tuple[str, str]]],
 ) -> EgressHub:
-    """`runs`: (gateway namespace, run id) of the gateways' runs in flight here, per agent. A gateway takes
-    a node's ask only for a run of its own in flight on that link (it names the agent and session, never
-    the node): an egress ask goes as part of the agent's latest call in flight, to the link of that call's
-    gateway; with none (a background job after its call returned), the ask finds no run there and the
-    connection is refused."""
+    """`runs`: (gateway namespace, run id) of the gateways' runs in flight here, per owner (namespace and
+    agent, ExecContext.owner). A gateway takes a node's ask only for a run of its own in flight on that link
+    (it names the agent and session, never the node): an egress ask goes as part of its sandbox's owner's
+    latest call in flight (the principal of a sandbox's connections is its owner: SandboxManager), to the
+    link of that call's gateway, never another gateway's call of the same agent name; with none (a
+    background job after its call returned), the ask finds no run there and the connection is refused."""
 
     def bind(req: Request) -> Callable[[], None]:
         namespace, run_id = (runs.get(req.agent_id) or [("", "")])[-1]

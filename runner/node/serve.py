@@ -108,7 +108,7 @@ class NodeServer:
         # This node's sandboxes' egress proxy (its policy, asks relayed to the gateway): from the first link.
         from runner.node.egress import node_egress
 
-        # agent -> (gateway namespace, run id) of the gateways' runs running here
+        # owner (namespace + agent) -> (gateway namespace, run id) of the gateways' runs running here
         self.runs_in_flight: dict[str, list[tuple[str, str]]] = {}
         self.egress = node_egress(
             self.approvals, self.store, self.grants, state_dir, self.sandbox_config, self.runs_in_flight

@@ -82,7 +82,7 @@ class SystemRun:
         self.runs = runs
         self.approvals = approvals
         self._emit = emit
-        # agent -> (the gateway's namespace, its run id) of the runs running here
+        # owner (namespace + agent) -> (the gateway's namespace, its run id) of the runs running here
         self.runs_in_flight = runs_in_flight
 
     async def run(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +158,7 @@ class SystemRun:
             )
         budget_token = GATEWAY_BUDGET.set(budget)  # the gateway's budget for its agent only tightens ours
         token = CURRENT_RUN.set(run_id)
-        in_flight = self.runs_in_flight.setdefault(agent_id, [])
+        in_flight = self.runs_in_flight.setdefault(ctx.owner, [])
         mine = (ns, run_id)
         in_flight.append(mine)  # (its sandbox's egress asks go as part of it: runner.node.egress)
         try:
@@ -171,7 +171,7 @@ class SystemRun:
             GATEWAY_BUDGET.reset(budget_token)
             in_flight.remove(mine)
             if not in_flight:
-                self.runs_in_flight.pop(agent_id, None)
+                self.runs_in_flight.pop(ctx.owner, None)
         details = result.details
         if details.get("status") == "denied":
             reason = str(details.get("reason") or "denied")

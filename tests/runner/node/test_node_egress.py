@@ -90,8 +90,13 @@ async def test_a_node_sandbox_uses_the_node_proxy_and_relays_its_asks(
                 await operator.close()
         alpha = egress_nodes[0]
         saved = json.loads((alpha.state_dir / "exec-approvals.json").read_text())
-        # The node's own file, and exactly what was asked: a plain request's name and port, no tunnel.
-        assert saved["agents"]["main"]["egress"]["allow"] == [f"http://{target}"]
+        # The node's own file, and exactly what was asked: a plain request's name and port, no tunnel;
+        # filed under its owner (this gateway's namespace and agent), never the plain name every gateway has.
+        from engine.nodes.gateway_key import GatewayKey, fingerprint
+
+        owner = fingerprint(GatewayKey.load_or_create(state_dir).public()) + "/main"
+        assert saved["agents"][owner]["egress"]["allow"] == [f"http://{target}"]
+        assert "main" not in saved["agents"]
         logs = sorted((alpha.state_dir / "history" / "egress").glob("*.jsonl"))  # (a log per principal)
         lines = [x for path in logs for x in path.read_text().splitlines()]
         names = [(json.loads(x)["name"], json.loads(x)["decision"]) for x in lines]

@@ -1,0 +1,218 @@
+"""A node shared by several gateways files everything under its owner (the gateway's namespace + agent),
+never the plain agent name: sandbox scopes, allow-always entries, grants, asks and egress principals."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from engine.approvals.grants import GrantLimits, GrantStore
+from engine.approvals.pending import ApprovalManager, ApprovalRequest
+from engine.approvals.store import ApprovalsFileError, ApprovalsStore
+from engine.sandbox.settings import (
+    container_name,
+    is_shared,
+    layout,
+    resolve_settings,
+    scope_key,
+    split_namespace,
+)
+from engine.tools.exec_request import ExecContext
+from runner.node import gateways
+from runner.node import grants as node_grants
+
+A = "a" * 32 + "/"  # two gateways' namespaces as a node files them (a key's fingerprint + SEP)
+B = "b" * 32 + "/"
+
+
+def test_every_sandbox_scope_is_the_gateways_on_a_shared_node() -> None:
+    """Tried: gateway B's `main` on a node where gateway A's `main` has its (scope agent) sandbox: the
+    scope key had no gateway in it. Every scope now carries the namespace; without one it is as before."""
+    assert scope_key("agent", "main", "x") == "agent:main"  # a gateway's own (and old) keys are unchanged
+    assert scope_key("shared", "main", "x") == "shared"
+    assert scope_key("agent", "main", A + "s") == A + "agent:main"
+    assert scope_key("shared", "main", A + "s", A) == A + "shared"
+    assert scope_key("session", "main", A + "s", A) == A + "s"
+    assert scope_key("session", "main", "s", A) == A + "s"  # a key without its namespace gets it
+    assert scope_key("agent", "main", "s", A) == A + "agent:main"
+    settings = resolve_settings(None, "main")
+    mine, theirs, plain = (layout(settings, "main", "s", namespace=ns) for ns in (A, B, ""))
+    assert len({mine.name, theirs.name, plain.name}) == 3
+    assert len({mine.sandbox_workspace, theirs.sandbox_workspace, plain.sandbox_workspace}) == 3
+    assert len({mine.agent_workspace, theirs.agent_workspace, plain.agent_workspace}) == 3
+    assert plain.scope_key == "agent:main"  # an existing sandbox's label still reads as its scope
+    assert split_namespace(mine.scope_key) == (A, "agent:main")
+    assert split_namespace("agent:main:x/y") == ("", "agent:main:x/y")  # a gateway's own key with a `/`
+
+
+def test_a_gateways_shared_scope_on_a_node_is_its_own_and_still_shared(tmp_path: Path) -> None:
+    from engine.config.loader import load_config
+
+    config_file = tmp_path / "config.toml"
+    config_file.write_text('[agents.defaults.sandbox]\nscope = "shared"\n')
+    settings = resolve_settings(load_config(config_file), "main")
+    assert settings.scope == "shared"
+    names = {ns: container_name(settings, scope_key("shared", "main", "s", ns)) for ns in (A, B, "")}
+    assert len(set(names.values())) == 3 and all(is_shared(n) for n in names.values())
+    assert names[""].endswith("-shared") and layout(settings, "x", "s").sandbox_workspace.endswith("/shared")
+    assert (
+        layout(settings, "x", "s", namespace=A).sandbox_workspace
+        != layout(settings, "x", "s").sandbox_workspace
+    )
+
+
+def _store(tmp_path: Path, agents: dict[str, object]) -> ApprovalsStore:
+    path = tmp_path / "exec-approvals.json"
+    path.write_text(json.dumps({"version": 1, "agents": agents}))
+    os.chmod(path, 0o600)
+    return ApprovalsStore(path)
+
+
+def test_an_allow_always_is_filed_and_read_under_its_owner(tmp_path: Path) -> None:
+    """Tried: gateway B's human's allow-always for B's `main` on a shared node ran A's `main`'s command
+    unasked. It is filed under `<B>main`; A's `main` reads `<A>main`, the wildcard, never B's or the name's."""
+    store = _store(
+        tmp_path,
+        {
+            "*": {"allowlist": [{"pattern": "/usr/bin/every"}]},
+            "main": {"security": "allowlist", "ask": "always", "allowlist": [{"pattern": "/usr/bin/plain"}]},
+        },
+    )
+    store.persist_allow_always(B + "main", ["/usr/bin/touch"])
+    saved = json.loads(store.path.read_text())
+    assert [e["pattern"] for e in saved["agents"][B + "main"]["allowlist"]] == ["/usr/bin/touch"]
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    snap = store.snapshot()
+    mine = [e.pattern for e in snap.entries("main", A + "main")]
+    theirs = [e.pattern for e in snap.entries("main", B + "main")]
+    anonymous = [e.pattern for e in snap.entries("main", "main")]
+    assert mine == ["/usr/bin/every"]  # neither B's entry nor the plain name's
+    assert theirs == ["/usr/bin/every", "/usr/bin/touch"]
+    assert anonymous == ["/usr/bin/every", "/usr/bin/plain"]  # the name's: the anonymous namespace's
+    # The node operator's policy for the agent still applies to every gateway's agent of that name.
+    assert snap.agent("main", A + "main").ask == "always"
+    # An ExecContext's owner is what the exec tool files under: the namespace and the agent.
+    assert ExecContext(agent_id="main", namespace=A).owner == A + "main"
+    assert ExecContext(agent_id="main").owner == "main"
+
+
+def test_an_owners_policy_fields_come_before_the_names(tmp_path: Path) -> None:
+    store = _store(tmp_path, {"main": {"ask": "off"}, A + "main": {"ask": "always", "security": "bogus"}})
+    view = store.snapshot().agent("main", A + "main")
+    assert view.ask == "always" and view.sources["ask"] == f"agents.{A}main.ask"
+    assert store.snapshot().agent("main", B + "main").ask == "off"
+    assert view.security is None  # an invalid owner value falls through to the name's (unset) and defaults
+
+
+def test_a_corrupt_approvals_file_is_never_overwritten_by_an_owners_allow_always(tmp_path: Path) -> None:
+    path = tmp_path / "exec-approvals.json"
+    path.write_text('{"version": 1, "agents": {')
+    os.chmod(path, 0o600)
+    before = path.read_bytes()
+    with pytest.raises(ApprovalsFileError):
+        ApprovalsStore(path).persist_allow_always(A + "main", ["/usr/bin/touch"])
+    assert path.read_bytes() == before
+
+
+def test_a_nodes_grants_are_listed_and_revoked_by_their_own_gateway_only(tmp_path: Path) -> None:
+    """Tried: gateway B listing (and revoking) the grants gateway A's human made for A's `main` on a shared
+    node: the node listed every grant. Each is its owner's; another gateway's reads as absent."""
+    import asyncio
+
+    store = GrantStore(tmp_path / "exec-grants.json")
+    limits = GrantLimits(uses=3, session_only=True)
+    mine = store.add(A + "main", ["/usr/bin/true"], "true", limits, session_key=A + "agent:main:s1")
+    theirs = store.add(B + "main", ["/usr/bin/false"], "false", GrantLimits(uses=3))
+    assert [e.pattern for e in store.entries(A + "main", A + "agent:main:s1")] == ["/usr/bin/true"]
+    assert store.entries(B + "main", A + "agent:main:s1") == [
+        e for e in store.entries(B + "main", None) if e.pattern == "/usr/bin/false"
+    ]
+
+    async def as_gateway(ns: str, method: str, params: dict[str, object]) -> dict[str, object]:
+        token = gateways.CURRENT_GATEWAY.set(ns)
+        try:
+            return await node_grants.handle(store, method, params)
+        finally:
+            gateways.CURRENT_GATEWAY.reset(token)
+
+    async def scenario() -> None:
+        listed = await as_gateway(A, "grants.list", {})
+        rows = listed["grants"]
+        assert isinstance(rows, list) and [r["id"] for r in rows] == [mine.id]
+        assert rows[0]["agentId"] == "main" and rows[0]["sessionKey"] == "agent:main:s1"  # its own terms
+        assert (await as_gateway(A, "grants.list", {"agentId": "main"}))["grants"] == rows
+        with pytest.raises(node_grants.GrantRequestError):
+            await as_gateway(A, "grants.revoke", {"id": theirs.id})
+        with pytest.raises(node_grants.GrantRequestError):
+            await as_gateway(A, "grants.list", {"agentId": B + "main"})  # no naming another's namespace
+        assert (await as_gateway("", "grants.list", {}))["grants"] == []  # the anonymous link's: none
+        revoked = await as_gateway(B, "grants.revoke", {"id": theirs.id})
+        assert revoked["revoked"]["agentId"] == "main"  # type: ignore[index]
+
+    asyncio.run(scenario())
+    assert [g.id for g in store.active()] == [mine.id]
+
+
+async def test_two_gateways_asks_of_one_agent_name_are_two_questions() -> None:
+    """Tried: gateway A's and B's `main` asking the same command on a shared node at once: the node's
+    manager coalesced them into one record, and one gateway's human's answer ran the other's agent's."""
+    mgr = ApprovalManager()
+    mine, _ = mgr.register(ApprovalRequest(command="ls", cwd="/tmp", session_key=A + "s", owner=A + "main"))
+    theirs, _ = mgr.register(ApprovalRequest(command="ls", cwd="/tmp", session_key=B + "s", owner=B + "main"))
+    assert theirs.id != mine.id
+    again, _ = mgr.register(ApprovalRequest(command="ls", cwd="/tmp", session_key=A + "t", owner=A + "main"))
+    assert again.id == mine.id  # its own gateway's asks still coalesce
+    assert "owner" not in mine.view()  # the node's own key never goes over the wire
+
+
+async def test_a_sandboxs_egress_principal_on_a_node_is_its_owner(tmp_path: Path) -> None:
+    """Tried: an egress ask from gateway A's `main`'s sandbox bound to gateway B's latest call of `main`
+    (the node keyed its runs in flight by the plain name). The sandbox's connections are its owner's: the
+    proxy listens under `<namespace><agent>`, and the node binds asks by that."""
+    from engine.config.loader import load_config
+    from engine.sandbox.egress import forwarder
+    from engine.sandbox.manager import SandboxManager
+
+    config_file = tmp_path / "config.toml"
+    config_file.write_text('[agents.defaults.sandbox.egress]\nmode = "allowlist"\n')
+
+    settings = resolve_settings(load_config(config_file), "main")
+    heard: list[tuple[str, str]] = []
+
+    async def egress(sandbox: str, principal: str, uid: int | None) -> None:
+        heard.append((sandbox, principal))
+
+    manager = SandboxManager()
+    manager.egress = egress
+    lays = [layout(settings, "main", "s", namespace=ns) for ns in (A, "")]
+    try:
+        for lay in lays:
+            await manager._egress_ready(settings, lay, "main")
+    finally:
+        for lay in lays:
+            forwarder.remove_dir(lay.name)
+    assert heard == [(lays[0].name, A + "main"), (lays[1].name, "main")]
+
+    from engine.sandbox.egress.proxy import Request
+    from runner.node.egress import node_egress  # the bind: the owner's latest call, never the name's
+
+    runs = {A + "main": [(A, "run-a")], B + "main": [(B, "run-b")]}
+    hub = node_egress(
+        ApprovalManager(),
+        ApprovalsStore(tmp_path / "a.json"),
+        GrantStore(tmp_path / "g.json"),
+        tmp_path,
+        lambda: load_config(config_file),
+        runs,
+    )
+    assert hub.bind_ask is not None
+    undo = hub.bind_ask(Request(A + "main", lays[0].name, "x.test", 80, "GET"))
+    try:
+        assert gateways.CURRENT_GATEWAY.get() == A
+    finally:
+        undo()
+    assert hub._egress(A + "main") == hub._egress("main")  # its settings are still the agent's
