@@ -95,6 +95,11 @@ class ApprovalRequest:
     # elsewhere: part of the question, so one gateway's human never answers another gateway's agent's ask.
     owner: str = ""
 
+    @property
+    def principal(self) -> str:
+        """Whose ask it is for each per-agent count: its owner where it has one, else its agent."""
+        return self.owner or self.agent_id
+
     def question(self) -> ApprovalRequest:
         """What makes two asks one question for the operator: everything but who asked (the session,
         a node's own approval id). Asks equal here wait as one record; one decision answers them all."""
@@ -343,7 +348,7 @@ class ApprovalManager:
                 who = (request.session_key, request.node_approval_id)
                 new = all((r["sessionKey"], r["nodeApprovalId"]) != who for r in existing.requesters)
                 if new:
-                    self._check_room(request.agent_id)  # a join is one more ask waiting
+                    self._check_room(request)  # a join is one more ask waiting
                     existing.requesters.append(request.requester())
                     self._joined_one(existing)
                     if resume is not None and existing.resume is not None:
@@ -358,7 +363,7 @@ class ApprovalManager:
                 self._notify("updated", existing)
                 return existing, new
         self._check_fits(request)
-        self._check_room(request.agent_id)
+        self._check_room(request)
         loop = asyncio.get_running_loop()
         ttl = self.timeout_ms if timeout_ms is None else timeout_ms
         now = _now_ms()
@@ -453,12 +458,12 @@ class ApprovalManager:
     def _opened(self, record: ApprovalRecord) -> None:
         self._open[record.id] = record
         waiting = max(1, len(record.requesters))
-        agent = record.request.agent_id
+        agent = record.request.principal
         self._open_per_agent[agent] = self._open_per_agent.get(agent, 0) + waiting
         self._open_requesters += waiting
 
     def _joined_one(self, record: ApprovalRecord) -> None:
-        agent = record.request.agent_id
+        agent = record.request.principal
         self._open_per_agent[agent] = self._open_per_agent.get(agent, 0) + 1
         self._open_requesters += 1
 
@@ -467,7 +472,7 @@ class ApprovalManager:
             return
         waiting = max(1, len(record.requesters))
         self._open_requesters -= waiting
-        agent = record.request.agent_id
+        agent = record.request.principal
         left = self._open_per_agent.get(agent, 0) - waiting
         if left > 0:
             self._open_per_agent[agent] = left
@@ -489,8 +494,10 @@ class ApprovalManager:
                 "characters, belongs in a file",
             )
 
-    def _check_room(self, agent_id: str) -> None:
-        mine = self._open_per_agent.get(agent_id, 0)
+    def _check_room(self, request: ApprovalRequest) -> None:
+        """Room for one more of its principal's asks (on a shared node a gateway's agent's: `owner`)."""
+        agent_id = request.agent_id
+        mine = self._open_per_agent.get(request.principal, 0)
         if mine >= self.max_per_agent:
             raise ApprovalError(
                 "APPROVAL_QUEUE_FULL",

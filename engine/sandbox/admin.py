@@ -91,12 +91,15 @@ def _egress_explained(settings: SandboxSettings, lay: Layout) -> dict[str, Any]:
     }
 
 
-def explain(config: Any, agent_id: str = "main", session_key: str | None = None) -> dict[str, Any]:
-    """What `sandbox explain` shows: the effective config for an agent/session, sandboxed or direct."""
+def explain(
+    config: Any, agent_id: str = "main", session_key: str | None = None, namespace: str = ""
+) -> dict[str, Any]:
+    """What `sandbox explain` shows: the effective config for an agent/session, sandboxed or direct.
+    `namespace`: the asking gateway's on a shared node (its scopes are its own: settings.scope_key)."""
     settings = resolve_settings(config, agent_id)
     main_key = main_session_key(agent_id)
     session = session_key or main_key
-    lay = layout(settings, agent_id, session)
+    lay = layout(settings, agent_id, session, namespace=namespace)
     sandboxed = is_sandboxed(settings.mode, agent_id, session)
     d = settings.docker
     problems: list[str] = []

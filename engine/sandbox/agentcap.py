@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from engine.principals import key_owner
 from engine.sandbox.backend import backend_named
 from engine.sandbox.registry import RegistryEntry
-from engine.sandbox.settings import is_shared
+from engine.sandbox.settings import is_shared, split_namespace
 
 DEFAULT_MAX_SANDBOXES_PER_AGENT = 16
 
@@ -30,15 +30,25 @@ def cap_for(config: object, agent_id: str) -> int:
     return max(1, min(most, int(getattr(cfg, "max_sessions_per_agent", most))))
 
 
-def owned(entries: list[RegistryEntry], agent_id: str, besides: str) -> list[RegistryEntry]:
-    """The agent's sandboxes on record other than `besides` (the one about to start); the shared
-    scope's sandbox is nobody's own."""
+def owner_of(entry: RegistryEntry) -> str | None:
+    """Whose a sandbox on record is: its agent, under the gateway's namespace its scope key was filed in
+    on a shared node (settings.scope_key), so one gateway's agent never counts or ends another's."""
+    namespace, own = split_namespace(entry.sessionKey)
+    agent = entry.agentId or key_owner(own)
+    return namespace + agent if agent else None
+
+
+def owned(entries: list[RegistryEntry], owner: str, besides: str) -> list[RegistryEntry]:
+    """The owner's (an agent's, or on a shared node a gateway's agent's) sandboxes on record other than
+    `besides` (the one about to start); the shared scope's sandbox is nobody's own."""
     return [
         e
         for e in entries
-        if (e.agentId or key_owner(e.sessionKey)) == agent_id
+        if owner_of(e) == owner
         and e.containerName != besides
-        and not is_shared(e.containerName)  # (a gateway's own shared scope on a node is nobody's either)
+        # (a gateway's own shared scope on a node, `<ns>shared`, is nobody's either)
+        and split_namespace(e.sessionKey)[1] != "shared"
+        and not is_shared(e.containerName)
     ]
 
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import bindfds, bwrapmemory, landlock, usershare
+from engine.sandbox import bindfds, bwrapmemory, dockercg, landlock, usershare
 from engine.sandbox import supervisor as sv
 from engine.sandbox.bwraplimits import (
     budget_lock,
@@ -48,7 +48,7 @@ from engine.sandbox.bwraprecords import (
 from engine.sandbox.bwrapview import Plan, bind_roots, find_bwrap, plan
 from engine.sandbox.docker_ops import ContainerState
 from engine.sandbox.seccomp import seccomp_fd
-from engine.sandbox.settings import Layout, SandboxSettings, slugify
+from engine.sandbox.settings import Layout, SandboxSettings, split_namespace
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,8 @@ def start(
     bwrap = find_bwrap()
     statefs.ensure_private_dir(runtime_dir())
     sweep_cgroups()
-    owner = "shared" if settings.scope == "shared" else f"agent-{slugify(agent_id)}"
+    # (its scope's owner: on a shared node the gateway's agent, as in docker_ops.create_kwargs)
+    owner = dockercg.owner_of(settings.scope, split_namespace(lay.scope_key)[0] + agent_id)
     layer = landlock.status(settings.bwrap_landlock, build=True)
     if not layer.active and layer.abi and settings.bwrap_landlock:
         log.warning("bwrap sandbox %s starts without landlock: %s", lay.name, layer.reason)

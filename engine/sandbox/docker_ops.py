@@ -23,6 +23,7 @@ from engine.sandbox.settings import (
     DockerSettings,
     Layout,
     SandboxSettings,
+    split_namespace,
     state_id,
 )
 
@@ -170,7 +171,9 @@ def create_kwargs(
         labels.update({"openclaw.sessionKey": lay.scope_key, "exechost.agentId": agent_id})
     else:  # (made for one agent's claims: in its owner group, since a claim cannot move a cgroup)
         labels.update({POOL_LABEL: config_hash, POOL_WS_LABEL: pool_workspace})
-    owner = dockercg.owner_of(settings.scope, agent_id)
+    # Its owner group is its scope's owner's: on a shared node a gateway's agent's (namespace + agent, as
+    # that agent's host runs there are: ExecContext.owner), never every gateway's agent of the name.
+    owner = dockercg.owner_of(settings.scope, split_namespace(lay.scope_key)[0] + agent_id)
     volumes = [f"{lay.workspace_dir}:{d.workdir}:rw"]
     if lay.agent_mount is not None:
         volumes.append(f"{lay.agent_mount}:{AGENT_MOUNT}:ro")

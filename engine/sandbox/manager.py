@@ -108,10 +108,11 @@ class SandboxManager:
 
     async def _make_room(self, lay: Layout, agent_id: str, cap: int) -> None:
         """Before `lay`'s sandbox starts: the agent's other live sandboxes below `cap`, its least recently
-        used idle ones ended if need be (never another agent's); SandboxError when all of them are busy."""
+        used idle ones ended if need be (never another agent's, nor on a shared node another gateway's
+        agent's of the same name); SandboxError when all of them are busy."""
         await self.settle()  # bwrap's registry rows written off the request path, first
         entries = await fairpool.to_thread(self.registry.read)
-        mine = agentcap.owned(entries, agent_id, lay.name)
+        mine = agentcap.owned(entries, split_namespace(lay.scope_key)[0] + agent_id, lay.name)
         if len(mine) < cap:
             return
         running = await fairpool.to_thread(agentcap.live, mine)
@@ -218,7 +219,8 @@ class SandboxManager:
         cap = max_sandboxes if settings.scope != "shared" else None  # (the shared one is nobody's own)
         room = None if cap is None else (lambda: self._make_room(lay, agent_id, cap))
         # One agent's new sandboxes one at a time: two of its scopes never both see room for one.
-        agent_lock = self._agent_lock(agent_id) if room else contextlib.nullcontext()
+        owner = split_namespace(lay.scope_key)[0] + agent_id  # (a gateway's agent on a shared node)
+        agent_lock = self._agent_lock(owner) if room else contextlib.nullcontext()
         async with agent_lock, self._lock(lay.name):
             if settings.backend == BWRAP:
                 return await self._ensure_bwrap(settings, lay, agent_id, expected, channel, room)

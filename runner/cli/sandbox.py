@@ -164,13 +164,18 @@ def _node_arg(p: argparse.ArgumentParser) -> None:
 
 def _node_call(args: argparse.Namespace, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """One sandbox verb answered by the node's runner with the node's own config and Docker."""
+    from engine import statefs
+    from engine.nodes.gateway_key import GatewayKey
     from engine.nodes.link import NodeError, NodeLink
     from runner.cli.nodes import node_config
 
     cfg = node_config(_config(args), args.node)
+    # The operator of this state dir acts as its gateway: the link proves the gateway's key, so a node
+    # shared by several gateways answers with this gateway's sandboxes only (runner.node.sandboxes).
+    key = GatewayKey.load_or_create(statefs.ensure_private_dir(statefs.state_dir()))
 
     async def go() -> dict[str, Any]:
-        link = NodeLink(cfg, reconnect=False)
+        link = NodeLink(cfg, reconnect=False, gateway_key=key)
         try:
             res = await link.call(method, params, timeout=120)
         finally:

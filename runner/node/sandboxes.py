@@ -10,6 +10,7 @@ from typing import Any
 from engine.config.model import Config
 from engine.sandbox import admin, default_manager
 from engine.sandbox.docker_ops import SandboxUnavailable
+from runner.node import gateways
 
 METHODS = ("sandbox.list", "sandbox.explain", "sandbox.recreate", "sandbox.prune")
 
@@ -50,30 +51,66 @@ def _opt_str(params: dict[str, Any], key: str) -> str | None:
     return value
 
 
-async def handle(method: str, params: dict[str, Any], config: Config) -> dict[str, Any]:
-    """One admin verb on this node's sandboxes (Docker calls in a thread)."""
+def own_rows(rows: list[dict[str, Any]], ns: str) -> list[dict[str, Any]]:
+    """The sandboxes of the gateway of namespace `ns` (their scope keys filed under it: settings.scope_key),
+    each in that gateway's own terms; another gateway's read as absent."""
+    out = []
+    for row in rows:
+        key = row.get("sessionKey")
+        if isinstance(key, str) and gateways.owns(ns, key):
+            out.append({**row, "sessionKey": gateways.split(key)[1]})
+    return out
+
+
+def _recreate(
+    config: Config, ns: str, params: dict[str, Any], agent: str | None, manager: Any
+) -> dict[str, Any]:
+    """`sandbox.recreate` over the asking gateway's own sandboxes only (blocking)."""
+    everything = params.get("all") is True
+    session, name = _opt_str(params, "sessionKey"), _opt_str(params, "containerName")
+    if sum([everything, session is not None, agent is not None, name is not None]) != 1:
+        raise ValueError("Please specify exactly one of: all, sessionKey, agentId, containerName")
+    rows = own_rows(admin.list_runtimes(config, manager), ns)
+    if name is not None:
+        chosen = [r for r in rows if r["containerName"] == name]
+    else:
+        chosen = admin.select(rows, all=everything, session=session, agent=agent)
+    removed: list[str] = []
+    failed: list[dict[str, str]] = []
+    for row in chosen:
+        if admin.remove(row["containerName"], manager):
+            removed.append(row["containerName"])
+        else:
+            failed.append({"containerName": row["containerName"], "error": "docker rm -f failed"})
+    if everything:  # spares are nobody's: an image rebuilt under the same tag reaches them only this way
+        manager.prune_pool(config, everything=True)
+    return {"removed": removed, "failed": failed}
+
+
+async def handle(method: str, params: dict[str, Any], config: Config, ns: str = "") -> dict[str, Any]:
+    """One admin verb on this node's sandboxes (Docker calls in a thread), for the gateway of namespace
+    `ns` (runner.node.gateways): it lists, explains and recreates only its own, in its own terms."""
     config = forced_sandbox_config(config)
     manager = default_manager()
     agent = _opt_str(params, "agentId")
     try:
         if method == "sandbox.list":
             rows = await asyncio.to_thread(admin.list_runtimes, config, manager)
-            return {"containers": rows}
+            return {"containers": own_rows(rows, ns)}
         if method == "sandbox.explain":
             key = _opt_str(params, "sessionKey")
-            return await asyncio.to_thread(admin.explain, config, agent or "main", key)
+            try:
+                key = gateways.scoped(key, ns) if key else None
+            except gateways.ForeignScope as exc:
+                raise SandboxRequestError("INVALID_REQUEST", str(exc)) from None
+            got = await asyncio.to_thread(admin.explain, config, agent or "main", key, ns)
+            for field in ("sessionKey", "scopeKey"):
+                if isinstance(got.get(field), str):
+                    got[field] = gateways.split(got[field])[1]
+            return got
         if method == "sandbox.recreate":
             try:
-                return await asyncio.to_thread(
-                    lambda: admin.recreate(
-                        config,
-                        all=params.get("all") is True,
-                        session=_opt_str(params, "sessionKey"),
-                        agent=agent,
-                        name=_opt_str(params, "containerName"),
-                        manager=manager,
-                    )
-                )
+                return await asyncio.to_thread(_recreate, config, ns, params, agent, manager)
             except ValueError as exc:
                 raise SandboxRequestError("INVALID_REQUEST", str(exc)) from None
         if method == "sandbox.prune":

@@ -242,7 +242,8 @@ class NodeServer:
                 from runner.node import sandboxes
 
                 try:
-                    payload = await sandboxes.handle(req.method, req.params, self.config())
+                    ns = gateways.CURRENT_GATEWAY.get()
+                    payload = await sandboxes.handle(req.method, req.params, self.config(), ns)
                 except sandboxes.SandboxRequestError as exc:
                     raise RunError(exc.code, str(exc)) from None
                 res = Response(req.id, True, payload=payload)

@@ -24,7 +24,7 @@ def test_the_owner_keys_every_host_resource_and_defaults_to_the_agent(state_dir:
     write_config(state_dir, FULL_HOST + 'hostPrivate = ["/var/tmp"]\n')
     config = load_config(None)
     assert ExecContext(agent_id="main").owner == "main"
-    assert ExecContext(agent_id="main", view_owner="fp1/main").owner == "fp1/main"
+    assert ExecContext(agent_id="main", namespace="fp1/").owner == "fp1/main"
     mine, a, b = (host_outside(config, "main", owner=o) for o in (None, "fp1/main", "fp2/main"))
     assert mine.private == host_outside(config, "main", owner="main").private
     sources = {o.private[0][0] for o in (mine, a, b)}

@@ -19,11 +19,14 @@ from engine.sandbox.settings import (
     layout,
     resolve_settings,
     scope_key,
+    slugify,
     split_namespace,
 )
 from engine.tools.exec_request import ExecContext
 from runner.node import gateways
 from runner.node import grants as node_grants
+from tests.helpers.gateway import FULL, connect, gateway, write_config
+from tests.helpers.sshd import SshdNode, sshd_nodes  # noqa: F401
 
 A = "a" * 32 + "/"  # two gateways' namespaces as a node files them (a key's fingerprint + SEP)
 B = "b" * 32 + "/"
@@ -74,7 +77,8 @@ def _store(tmp_path: Path, agents: dict[str, object]) -> ApprovalsStore:
 
 def test_an_allow_always_is_filed_and_read_under_its_owner(tmp_path: Path) -> None:
     """Tried: gateway B's human's allow-always for B's `main` on a shared node ran A's `main`'s command
-    unasked. It is filed under `<B>main`; A's `main` reads `<A>main`, the wildcard, never B's or the name's."""
+    unasked. It is filed under `<B>main`; A's `main` reads `<A>main` and the wildcard, never B's or the
+    plain name's."""
     store = _store(
         tmp_path,
         {
@@ -216,3 +220,91 @@ async def test_a_sandboxs_egress_principal_on_a_node_is_its_owner(tmp_path: Path
     finally:
         undo()
     assert hub._egress(A + "main") == hub._egress("main")  # its settings are still the agent's
+
+
+async def test_a_gateway_lists_and_recreates_only_its_own_sandboxes_on_a_shared_node(
+    state_dir: Path,
+    sshd_nodes: list[SshdNode],  # noqa: F811
+) -> None:
+    """Tried: gateway B's operator listing a shared node's sandboxes and `sandbox.recreate all` there: the
+    node listed gateway A's agent's sandbox too, and removed it. A gateway's verbs see only its own."""
+    from tests.helpers.daemon import Daemon
+
+    node = sshd_nodes[0]
+    (node.state_dir / "config.toml").write_text(
+        '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+    )
+    config = FULL.replace('"gateway"', '"node"') + node.config_toml()
+    write_config(state_dir, config)
+    other = state_dir.parent / "s2"
+    other.mkdir(mode=0o700)
+    write_config(other, config)
+    run = {"agentId": "main", "host": "node", "node": node.name, "command": "echo made"}
+    async with gateway(state_dir):
+        mine = await connect(state_dir)
+        try:
+            assert (await mine.request("exec", run))["details"].get("exitCode") == 0
+            listed = (await mine.request("sandbox.list", {"node": node.name}))["containers"]
+        finally:
+            await mine.close()
+    assert [r["sessionKey"] for r in listed] == ["agent:main"]  # its own, in its own terms
+    with Daemon(other):
+        theirs = await connect(other)
+        try:
+            assert (await theirs.request("exec", run))["details"].get("exitCode") == 0
+            their_rows = (await theirs.request("sandbox.list", {"node": node.name}))["containers"]
+            removed = await theirs.request("sandbox.recreate", {"node": node.name, "all": True})
+        finally:
+            await theirs.close()
+    assert [r["sessionKey"] for r in their_rows] == ["agent:main"]
+    assert their_rows[0]["containerName"] != listed[0]["containerName"]
+    assert removed["removed"] == [their_rows[0]["containerName"]]
+    async with gateway(state_dir):
+        mine = await connect(state_dir)
+        try:
+            again = (await mine.request("sandbox.list", {"node": node.name}))["containers"]
+        finally:
+            await mine.close()
+    assert [r["containerName"] for r in again] == [listed[0]["containerName"]]
+
+
+async def test_one_gateways_agent_fills_no_other_gateways_ask_queue_on_a_shared_node() -> None:
+    """Tried: gateway B's `main` filling a shared node's pending asks for `main` up to the per-agent cap:
+    gateway A's `main` was refused every ask (APPROVAL_QUEUE_FULL). The cap counts per owner."""
+    from engine.approvals.pending import ApprovalError
+
+    mgr = ApprovalManager(max_per_agent=2)
+    for i in range(2):
+        mgr.register(ApprovalRequest(command=f"b{i}", cwd="/tmp", session_key=B + "s", owner=B + "main"))
+    with pytest.raises(ApprovalError, match="already has"):
+        mgr.register(ApprovalRequest(command="b2", cwd="/tmp", session_key=B + "s", owner=B + "main"))
+    mine, _ = mgr.register(ApprovalRequest(command="a0", cwd="/tmp", session_key=A + "s", owner=A + "main"))
+    assert mine.request.principal == A + "main"
+
+
+def test_a_gateways_agents_sandboxes_count_in_its_own_owner_group_on_a_shared_node() -> None:
+    """Tried: gateway B's `main`'s sandboxes on a shared node taking the pids share of `main`'s owner group,
+    which gateway A's `main`'s sandboxes count against too. Each is in its owner's group (namespace + agent),
+    the one that agent's host runs there join (ExecContext.owner)."""
+    from engine.sandbox import docker_ops, dockercg
+
+    if not dockercg.usable():
+        pytest.skip("no writable v1 pids hierarchy here: containers get no owner group")
+    settings = resolve_settings(None, "main")
+    parents = {
+        ns: docker_ops.create_kwargs(
+            settings,
+            layout(settings, "main", "s", namespace=ns),
+            config_hash="x",
+            created_at_ms=1,
+            env={},
+            user=None,
+            has_busybox=False,
+            agent_id="main",
+        ).get("cgroup_parent")
+        for ns in (A, B, "")
+    }
+    assert parents[""] == dockercg.parent_for("agent-" + slugify("main"))  # a gateway's: as before
+    assert parents[A] == dockercg.parent_for("agent-" + slugify(A + "main"))
+    assert len(set(parents.values())) == 3

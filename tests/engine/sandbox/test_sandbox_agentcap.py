@@ -77,3 +77,19 @@ async def test_past_the_cap_the_agents_idle_sandbox_ends_and_all_busy_is_refused
     # one it has: no new sandbox
     again = await prepare_exec(cfg, "main", "agent:main:k2", None, manager=bwrap_mgr)
     assert again.container == second.container and not again.created
+
+
+def test_on_a_shared_node_each_gateways_agent_has_its_own_count() -> None:
+    """Tried: gateway B's `main` starting sandboxes on a node shared with gateway A until `main`'s cap: A's
+    `main`'s idle sandboxes were ended to make room. The count is per owner (namespace + agent)."""
+    a, b = "a" * 32 + "/", "b" * 32 + "/"
+    rows = [
+        _entry("a1", 1, key=a + "agent:main"),
+        _entry("b1", 1, key=b + "agent:main"),
+        _entry("b2", 2, key=b + "agent:main:s2"),
+        _entry("bs", 1, key=b + "shared"),
+        _entry("p", 1),  # the anonymous namespace's (a plain key)
+    ]
+    assert [e.containerName for e in agentcap.owned(rows, b + "main", besides="")] == ["b1", "b2"]
+    assert [e.containerName for e in agentcap.owned(rows, a + "main", besides="")] == ["a1"]
+    assert [e.containerName for e in agentcap.owned(rows, "main", besides="")] == ["p"]
