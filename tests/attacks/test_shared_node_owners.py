@@ -240,7 +240,7 @@ async def test_a_gateway_lists_and_recreates_only_its_own_sandboxes_on_a_shared_
     other = state_dir.parent / "s2"
     other.mkdir(mode=0o700)
     write_config(other, config)
-    run = {"agentId": "main", "host": "node", "node": node.name, "command": "echo made"}
+    run = {"agentId": "main", "host": "node", "node": node.name, "command": "echo made > mine.txt"}
     async with gateway(state_dir):
         mine = await connect(state_dir)
         try:
@@ -249,6 +249,7 @@ async def test_a_gateway_lists_and_recreates_only_its_own_sandboxes_on_a_shared_
         finally:
             await mine.close()
     assert [r["sessionKey"] for r in listed] == ["agent:main"]  # its own, in its own terms
+    assert listed[0]["configMatch"], listed
     with Daemon(other):
         theirs = await connect(other)
         try:
@@ -260,13 +261,17 @@ async def test_a_gateway_lists_and_recreates_only_its_own_sandboxes_on_a_shared_
     assert [r["sessionKey"] for r in their_rows] == ["agent:main"]
     assert their_rows[0]["containerName"] != listed[0]["containerName"]
     assert removed["removed"] == [their_rows[0]["containerName"]]
+    # A node process of its own per link (serve --stdio): a restart. A's sandbox is found by its label and
+    # record again, under the same name, its files there.
     async with gateway(state_dir):
         mine = await connect(state_dir)
         try:
             again = (await mine.request("sandbox.list", {"node": node.name}))["containers"]
+            read = await mine.request("exec", {**run, "command": "cat mine.txt"})
         finally:
             await mine.close()
-    assert [r["containerName"] for r in again] == [listed[0]["containerName"]]
+    assert [r["containerName"] for r in again] == [listed[0]["containerName"]] and again[0]["configMatch"]
+    assert "made" in str(read["details"].get("aggregated") or read["text"]), read
 
 
 async def test_one_gateways_agent_fills_no_other_gateways_ask_queue_on_a_shared_node() -> None:
