@@ -38,21 +38,23 @@ class RunLedger:
             self._forgotten.popitem(last=False)
             self._forgot_beyond = True
 
-    def status(self, run_ids: Any) -> dict[str, Any]:
+    def status(self, run_ids: Any, ns: str = "") -> dict[str, Any]:
         """`runs.status`: for each id, `in-flight`, its outcome (`ended`, `running-session`, `failed`),
         `forgotten` (answered, or maybe answered, so long ago that its outcome was let go), or `unknown`
-        (never received here)."""
+        (never received here). `ns`: the asking gateway's namespace, which the node files its runs under
+        (runner.node.sysrun: `<ns><runId>`), so a gateway hears only of its own runs."""
         if not isinstance(run_ids, list) or len(run_ids) > MAX_ASKED:
             raise ValueError(f"runIds must be a list of at most {MAX_ASKED} run ids")
         out: dict[str, Any] = {}
         for run_id in run_ids:
             if not isinstance(run_id, str) or not 0 < len(run_id) <= 128:
                 raise ValueError("runIds must hold run ids (strings of 1..128 characters)")
-            if run_id in self._in_flight:
+            key = ns + run_id
+            if key in self._in_flight:
                 out[run_id] = {"state": "in-flight"}
-            elif run_id in self._answered:
-                out[run_id] = self._answered[run_id]
-            elif run_id in self._forgotten or self._forgot_beyond:
+            elif key in self._answered:
+                out[run_id] = self._answered[key]
+            elif key in self._forgotten or self._forgot_beyond:
                 out[run_id] = {"state": "forgotten"}
             else:
                 out[run_id] = {"state": "unknown"}

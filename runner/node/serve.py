@@ -191,7 +191,8 @@ class NodeServer:
                 res = Response(req.id, True, payload=await self.system.run(req.params))
             elif req.method == "runs.status":
                 try:
-                    res = Response(req.id, True, payload=self.runs.status(req.params.get("runIds")))
+                    ns = gateways.CURRENT_GATEWAY.get()
+                    res = Response(req.id, True, payload=self.runs.status(req.params.get("runIds"), ns))
                 except ValueError as exc:
                     raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
             elif req.method == "ping":

@@ -95,7 +95,10 @@ class SystemRun:
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
         if not run_id:
             return await self._run(p, text, agent_id, session_key, run_id)
-        self.runs.began(run_id)
+        # Filed under the gateway's namespace as everything else here: another gateway's run of the same id
+        # (a run id is the gateway's to choose) is never this one, nor told of by `runs.status`.
+        ledger_id = gateways.CURRENT_GATEWAY.get() + run_id
+        self.runs.began(ledger_id)
         outcome: dict[str, Any] = {"state": "failed", "message": "node error"}
         try:
             answer = await self._run(p, text, agent_id, session_key, run_id)
@@ -109,7 +112,7 @@ class SystemRun:
             outcome = {"state": "ended"} if denied else {"state": "failed", "message": str(exc)[:500]}
             raise
         finally:
-            self.runs.answered(run_id, outcome)
+            self.runs.answered(ledger_id, outcome)
 
     async def _run(
         self, p: dict[str, Any], text: str, agent_id: str, session_key: str, run_id: str

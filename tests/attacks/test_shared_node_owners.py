@@ -313,3 +313,15 @@ def test_a_gateways_agents_sandboxes_count_in_its_own_owner_group_on_a_shared_no
     assert parents[""] == dockercg.parent_for("agent-" + slugify("main"))  # a gateway's: as before
     assert parents[A] == dockercg.parent_for("agent-" + slugify(A + "main"))
     assert len(set(parents.values())) == 3
+
+
+def test_a_gateway_hears_only_of_its_own_runs_on_a_shared_node() -> None:
+    """Tried: gateway B asking a shared node `runs.status` of a run id gateway A's run carries (a run id is
+    the gateway's to choose): the node's ledger was keyed by the id alone and told B of A's run."""
+    from runner.node.runs import RunLedger
+
+    ledger = RunLedger()
+    ledger.began(A + "r1")  # as runner.node.sysrun files it: under the gateway's namespace
+    ledger.answered(A + "r2", {"state": "ended"})
+    assert ledger.status(["r1", "r2"], A)["runs"] == {"r1": {"state": "in-flight"}, "r2": {"state": "ended"}}
+    assert ledger.status(["r1", "r2"], B)["runs"] == {"r1": {"state": "unknown"}, "r2": {"state": "unknown"}}
