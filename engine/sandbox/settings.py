@@ -231,10 +231,9 @@ def is_sandboxed(mode: str, agent_id: str, session_key: str) -> bool:
     return False
 
 
-NAMESPACE_SEP = "/"  # ends a node's gateway namespace (runner.node.gateways.SEP); never in a gateway's key
-
-
-_NAMESPACE = re.compile(r"[0-9a-f]{32}/")  # a gateway key's fingerprint (engine.nodes.gateway_key) and SEP
+# A node's gateway namespace: the fingerprint of the gateway's key (engine.nodes.gateway_key) and the `/`
+# the node ends it with (runner.node.gateways.SEP), which no key a gateway names may hold there.
+_NAMESPACE = re.compile(r"[0-9a-f]{32}/")
 
 
 def split_namespace(key: str) -> tuple[str, str]:
@@ -369,6 +368,7 @@ _layouts: dict[tuple[int, str, str, str | None, str, str, str], tuple[SandboxSet
 def _layout(
     settings: SandboxSettings, agent_id: str, session_key: str, agent_workspace: str | None, namespace: str
 ) -> Layout:
+    namespace = namespace or split_namespace(session_key)[0]  # (as scope_key reads it)
     key = scope_key(settings.scope, agent_id, session_key, namespace)
     root = Path(settings.workspace_root)
     # The shared scope gets a sibling dir of its own, never the root: mounting the root would hand one
