@@ -155,9 +155,11 @@ class ApprovalsFile:
 
         `owner`: whose entries apply, when that is not the agent's plain name (a node shared by several
         gateways: `<gateway namespace><agent>`, ExecContext.owner). The owner's block is its own key in
-        `agents`: its allowlist takes the place of the plain name's (an entry filed by the name alone is
-        the anonymous namespace's, never a keyed gateway's), and its policy fields, when it has any, come
-        before the name's. The name's policy fields (the node operator's, like its config) still apply."""
+        `agents`, where its humans' allow-always entries are filed; its policy fields, when it has any,
+        come before the name's. Under the plain name, what the node operator wrote (policy fields, entries
+        of any source but an allow-always: no gateway can write one) applies to every gateway's agent of
+        that name, as the node's config does; an allow-always entry there (a yes from before entries were
+        filed by owner, whose gateway is not recorded) is the anonymous namespace's alone."""
         agent_id = normalize_agent_id(agent_id)
         own = self.agents.get(agent_id) or PolicyBlock()
         wildcard = self.agents.get(WILDCARD_AGENT) or PolicyBlock()
@@ -171,6 +173,8 @@ class ApprovalsFile:
                 continue
             values[key], sources[key] = self._resolve_field(key, agent_id, own, wildcard)
         allowlist = list(wildcard.allowlist)
+        if agent_id != WILDCARD_AGENT and mine is not own:
+            allowlist += [e for e in own.allowlist if e.source != ALLOW_ALWAYS]
         if agent_id != WILDCARD_AGENT:
             allowlist += mine.allowlist
         return AgentApprovals(
@@ -205,8 +209,11 @@ class ApprovalsFile:
         ]
 
     def find_entry(self, agent_id: str, entry_id: str) -> AllowlistRecord | None:
-        """An entry of the agent's view by id: the agent's own list first, then the wildcard's."""
-        for name in (normalize_agent_id(agent_id), WILDCARD_AGENT):
+        """An entry of the agent's view by id: the agent's own list first, then the wildcard's; for an
+        owner (`<namespace><agent>`, agent()) its own, then the plain name's (ids are unique file-wide)."""
+        owner = normalize_agent_id(agent_id)
+        plain = owner.rpartition("/")[2] if "/" in owner else owner
+        for name in dict.fromkeys((owner, normalize_agent_id(plain), WILDCARD_AGENT)):
             for entry in (self.agents.get(name) or PolicyBlock()).allowlist:
                 if entry.id == entry_id:
                     return entry

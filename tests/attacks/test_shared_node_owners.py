@@ -83,7 +83,14 @@ def test_an_allow_always_is_filed_and_read_under_its_owner(tmp_path: Path) -> No
         tmp_path,
         {
             "*": {"allowlist": [{"pattern": "/usr/bin/every"}]},
-            "main": {"security": "allowlist", "ask": "always", "allowlist": [{"pattern": "/usr/bin/plain"}]},
+            "main": {
+                "security": "allowlist",
+                "ask": "always",
+                "allowlist": [
+                    {"pattern": "/usr/bin/plain"},  # the node operator's own (`approvals allowlist add`)
+                    {"pattern": "/usr/bin/old", "source": "allow-always"},  # some gateway's human's, once
+                ],
+            },
         },
     )
     store.persist_allow_always(B + "main", ["/usr/bin/touch"])
@@ -94,9 +101,15 @@ def test_an_allow_always_is_filed_and_read_under_its_owner(tmp_path: Path) -> No
     mine = [e.pattern for e in snap.entries("main", A + "main")]
     theirs = [e.pattern for e in snap.entries("main", B + "main")]
     anonymous = [e.pattern for e in snap.entries("main", "main")]
-    assert mine == ["/usr/bin/every"]  # neither B's entry nor the plain name's
-    assert theirs == ["/usr/bin/every", "/usr/bin/touch"]
-    assert anonymous == ["/usr/bin/every", "/usr/bin/plain"]  # the name's: the anonymous namespace's
+    # Neither B's yes nor an unattributable old yes under the name; the node operator's entry for the name.
+    assert mine == ["/usr/bin/every", "/usr/bin/plain"]
+    assert theirs == ["/usr/bin/every", "/usr/bin/plain", "/usr/bin/touch"]
+    assert anonymous == ["/usr/bin/every", "/usr/bin/plain", "/usr/bin/old"]  # the anonymous namespace's
+    # A use stamp finds the entry that matched, the owner's or the name's.
+    plain_id = next(e.id for e in snap.entries("main", A + "main") if e.pattern == "/usr/bin/plain")
+    touch_id = next(e.id for e in snap.entries("main", B + "main") if e.pattern == "/usr/bin/touch")
+    assert snap.find_entry(A + "main", plain_id) is not None and snap.find_entry(B + "main", touch_id)
+    assert snap.find_entry(A + "main", touch_id) is None
     # The node operator's policy for the agent still applies to every gateway's agent of that name.
     assert snap.agent("main", A + "main").ask == "always"
     # An ExecContext's owner is what the exec tool files under: the namespace and the agent.
