@@ -155,13 +155,28 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def _private_mounts() -> set[str]:
     """The agents' capped private dirs mounted now (engine.commands.privatefs: <state>/hostprivate/<agent>),
-    as a root gateway leaves them for the next one."""
+    and the sandbox workspaces' own filesystems (engine.sandbox.wsfs: a loop-mounted image in the root's
+    .images beside them), as a root gateway leaves them for the next one."""
     with open("/proc/self/mountinfo") as f:
-        return {
-            p
-            for p in (line.split()[4] for line in f)
-            if os.path.basename(os.path.dirname(p)) == "hostprivate"
-        }
+        lines = [line.split() for line in f]
+    return {
+        words[4]
+        for words in lines
+        if os.path.basename(os.path.dirname(words[4])) == "hostprivate" or _workspace_mount(words)
+    }
+
+
+def _workspace_mount(words: list[str]) -> bool:
+    from engine.sandbox import wsfs
+
+    point = words[4]
+    fields = words[words.index("-") + 1 :] if "-" in words else []
+    return (
+        fields[:1] == ["ext4"]
+        and fields[1:2] != []
+        and fields[1].startswith("/dev/loop")
+        and os.path.exists(wsfs.image_path(os.path.dirname(point), point))
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -71,14 +71,6 @@ async def events_of(client: ControlClient) -> list[dict[str, Any]]:
     return list((await client.request("events", {}))["events"])
 
 
-OWN_DIRS_OPEN = pytest.mark.xfail(
-    strict=True,
-    reason="open: every agent's sandbox workspaces are dirs under the state dir (<state>/sandboxes) with "
-    "no cap: one agent fills the state dir's disk, another agent's approved run is denied (spawn-failed) and "
-    "the operator's decision is not recorded",
-)
-
-
 @needs_root
 @pytest.mark.parametrize(
     ("where", "config", "unit"),
@@ -86,7 +78,7 @@ OWN_DIRS_OPEN = pytest.mark.xfail(
         ("/tmp", TWO_AGENTS, "bytes"),  # a host run's own /tmp: <state>/hostprivate/main/%2Ftmp
         ("/tmp", TWO_AGENTS, "inodes"),  # (a byte quota alone would not do)
         # a sandbox's workspace: <state>/sandboxes/...
-        pytest.param("/workspace", SANDBOXED_MAIN, "bytes", marks=OWN_DIRS_OPEN),
+        ("/workspace", SANDBOXED_MAIN, "bytes"),  # (its own capped filesystem: engine.sandbox.wsfs)
         ("log", TWO_AGENTS, "bytes"),  # its session's output log: 2 GiB per agent, whatever the disk has
     ],
 )

@@ -1,0 +1,242 @@
+"""Each sandbox workspace a filesystem of its own, capped in bytes and inodes: as plain dirs under the state
+dir (<state>/sandboxes), one agent's workspace filled the state dir's disk, and another agent's run and the
+operator's decisions had nowhere to be written (fresh round 10 b).
+
+A workspace is the agent's files and outlives gateways and reboots, so it is not a tmpfs (as the private
+/tmp of engine.commands.privatefs is) but a sparse ext4 image (journal kept), <root>/.images/<name>.img
+(0600, in a 0700 dir beside the workspaces), loop-mounted (nosuid, nodev) at the workspace dir in the
+gateway's mount namespace, where Docker and bubblewrap bind it from. Its size is the smallest of MAX_BYTES
+and a SHARE of the filesystem the images are on (never less than FLOOR_BYTES, so a tiny test filesystem
+still works); its inodes are ext4's own, so the host's filesystem spends one inode per workspace. The image
+is sparse: only what the agent writes takes the host's disk.
+
+Nothing is lost: an image whose workspace is not mounted (after a reboot, or its mount detached) is mounted
+again, never made anew; a workspace that is already a plain dir with files in it stays plain (said once in
+the log, docs/SECURITY.md); a loop device already backed by the image is mounted again rather than a second
+one (two devices over one ext4 would corrupt it). Mounting needs root: a gateway that is not root keeps
+plain dirs, as docs/SECURITY.md says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import glob
+import logging
+import os
+import stat
+import struct
+import subprocess
+
+from engine.sandbox import beneath
+from engine.sandbox.workspace import WorkspaceError, open_workspace
+
+log = logging.getLogger(__name__)
+
+IMAGES = ".images"  # (a slug ends in "-<hash>" and a pool dir is "pool.<token>": never this)
+MAX_BYTES = 16 << 30
+SHARE = 8  # of the filesystem the images are on
+FLOOR_BYTES = 2 << 20  # ext4 with its journal still has room for files
+_LOOP_CTL_GET_FREE = 0x4C82
+_LOOP_CONFIGURE = 0x4C0A
+_LO_FLAGS_AUTOCLEAR = 4  # the device goes with its last mount
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_BIND = 0x1000
+_MNT_DETACH = 2
+
+_said_plain: set[str] = set()  # plain workspaces with files, said once in the log
+_refused: set[str] = set()  # roots where a mount failed once: plain dirs (said once in the log)
+
+
+def cap(root: str) -> int:
+    """The bytes a workspace under `root` may hold, from the size of the filesystem its image is on."""
+    st = os.statvfs(root)
+    return max(min(MAX_BYTES, st.f_blocks * st.f_frsize // SHARE), FLOOR_BYTES)
+
+
+def enabled() -> bool:
+    """Whether workspaces get a filesystem of their own here (root only: mount and loop devices)."""
+    return os.geteuid() == 0
+
+
+def image_path(root: str, path: str) -> str:
+    return os.path.join(os.path.abspath(root), IMAGES, os.path.basename(path) + ".img")
+
+
+def ensure(root: str, path: str) -> bool:
+    """`path` (a sandbox workspace, a child of `root`) created and mounted on its capped filesystem: True
+    when it is one (now or before), False when it stays a plain dir (not root, a plain dir with files, or
+    the mount refused). Raises WorkspaceError when its image cannot be mounted again (its files are there:
+    never replaced by an empty dir)."""
+    ws = open_workspace(root, path)
+    try:
+        if not enabled():
+            return False
+        parent = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            if os.fstat(ws).st_dev != os.fstat(parent).st_dev:
+                return True  # mounted already (the common case: one stat each)
+        finally:
+            os.close(parent)
+        images = open_workspace(root, os.path.join(root, IMAGES))
+        try:
+            fcntl.flock(images, fcntl.LOCK_EX)  # (one mounter at a time: gateway, CLI, pool)
+            return _ensure_locked(root, path, images)
+        finally:
+            os.close(images)
+    finally:
+        os.close(ws)
+
+
+def _ensure_locked(root: str, path: str, images: int) -> bool:
+    ws = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # (again, under the lock)
+    try:
+        if os.path.ismount(path):
+            return True
+        name = os.path.basename(path) + ".img"
+        image = os.path.join(root, IMAGES, name)
+        have = beneath.lstat(images, name)
+        if have is not None:
+            if not stat.S_ISREG(have.st_mode):
+                raise WorkspaceError(f"sandbox workspace image {image} is not a regular file")
+            if os.listdir(ws):  # (its files would be hidden under the mount, and the agent's lost to it)
+                raise WorkspaceError(
+                    f"sandbox workspace {path} has files, and its filesystem {image} is not mounted: move "
+                    "the files aside (or the image), and retry."
+                )
+            try:
+                _mount(images, name, ws)
+            except OSError as exc:
+                raise WorkspaceError(f"sandbox workspace {path}: mounting {image}: {exc}") from None
+            return True
+        if os.listdir(ws):
+            if path not in _said_plain:
+                _said_plain.add(path)
+                log.warning("sandbox workspace %s has files from before: stays a plain dir (uncapped)", path)
+            return False
+        if root in _refused:
+            return False
+        try:
+            _make(root, images, name)
+            _mount(images, name, ws)
+        except (OSError, subprocess.SubprocessError) as exc:
+            _refused.add(root)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=images)
+            log.warning("sandbox workspaces under %s stay plain dirs (uncapped): %s", root, exc)
+            return False
+        _fresh(path)
+        return True
+    finally:
+        os.close(ws)
+
+
+def _make(root: str, images: int, name: str) -> None:
+    """A new sparse image, its filesystem made before it takes its name (a crash leaves no half-made one)."""
+    new = name + ".new"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(new, dir_fd=images)
+    fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=images)
+    try:
+        os.ftruncate(fd, cap(root))
+        subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard", f"/proc/self/fd/{fd}"],
+            pass_fds=(fd,),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    finally:
+        os.close(fd)
+    os.rename(new, name, src_dir_fd=images, dst_dir_fd=images)
+
+
+def _fresh(path: str) -> None:
+    """A new filesystem's root as a workspace dir is made: 0700, no lost+found for the agent to wonder at."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o700)
+        with contextlib.suppress(OSError):
+            os.rmdir("lost+found", dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _mount(images: int, name: str, ws: int) -> None:
+    """The image mounted at the dir `ws` (an fd: never a path a link could be swapped into)."""
+    fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=images)
+    try:
+        existing = _loop_of(os.fstat(fd))
+        if existing is not None:  # the device a sandbox still holds: the same filesystem, never a second
+            _mount_dev(existing, ws)
+            return
+        for _ in range(8):  # (another process may take the free device first)
+            ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+            try:
+                number = fcntl.ioctl(ctl, _LOOP_CTL_GET_FREE)
+            finally:
+                os.close(ctl)
+            dev = f"/dev/loop{number}"
+            loop = os.open(dev, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                config = bytearray(304)  # struct loop_config: fd, block_size, loop_info64, reserved
+                struct.pack_into("=I", config, 0, fd)
+                struct.pack_into("=I", config, 8 + 52, _LO_FLAGS_AUTOCLEAR)  # info.lo_flags
+                try:
+                    fcntl.ioctl(loop, _LOOP_CONFIGURE, bytes(config))
+                except OSError as exc:
+                    if exc.errno == 16:  # EBUSY: taken meanwhile
+                        continue
+                    raise
+                _mount_dev(dev, ws)  # (before the device's fd closes: autoclear would take it)
+                return
+            finally:
+                os.close(loop)
+        raise OSError(16, "no free loop device")
+    finally:
+        os.close(fd)
+
+
+def _mount_dev(dev: str, ws: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    target = f"/proc/self/fd/{ws}".encode()
+    if libc.mount(dev.encode(), target, b"ext4", _MS_NOSUID | _MS_NODEV, None) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+def _loop_of(image: os.stat_result) -> str | None:
+    """The loop device backed by this very image (dev and inode), if one is set up."""
+    for backing in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(backing, encoding="utf-8", errors="surrogateescape") as f:
+                st = os.stat(f.read().rstrip("\n"))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (image.st_dev, image.st_ino):
+            return "/dev/" + backing.split("/")[3]
+    return None
+
+
+def remove(root: str, path: str) -> None:
+    """A workspace being removed: its mount detached and its image gone (its dir is the caller's)."""
+    if os.path.ismount(path):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.umount2(os.fsencode(path), _MNT_DETACH)  # (a run still inside keeps its files until it ends)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(image_path(root, path))
+
+
+def move(root: str, source: str, target: str) -> None:
+    """A pool spare's workspace made a scope's: its filesystem bound at `target` (a new empty dir; a bind,
+    not MS_MOVE, which a shared parent mount refuses), detached from `source` (then removed), and its image
+    renamed with it. The spare's container keeps the same filesystem: it bound it, not the path."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(os.fsencode(source), os.fsencode(target), None, _MS_BIND, None) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    libc.umount2(os.fsencode(source), _MNT_DETACH)
+    os.rename(image_path(root, source), image_path(root, target))
+    os.rmdir(source)
