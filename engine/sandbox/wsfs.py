@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import glob
 import logging
@@ -40,6 +41,10 @@ SHARE = 8  # of the filesystem the images are on
 FLOOR_BYTES = 2 << 20  # ext4 with its journal still has room for files
 _LOOP_CTL_GET_FREE = 0x4C82
 _LOOP_CONFIGURE = 0x4C0A
+_LOOP_GET_STATUS64 = 0x4C05
+_INFO_SIZE = 232  # struct loop_info64
+_INFO_FLAGS = 52  # its lo_flags
+_CONFIG_SIZE = 8 + _INFO_SIZE + 64  # struct loop_config
 _LO_FLAGS_AUTOCLEAR = 4  # the device goes with its last mount
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
@@ -168,9 +173,14 @@ def _mount(images: int, name: str, ws: int) -> None:
     """The image mounted at the dir `ws` (an fd: never a path a link could be swapped into)."""
     fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=images)
     try:
-        existing = _loop_of(os.fstat(fd))
-        if existing is not None:  # the device a sandbox still holds: the same filesystem, never a second
-            _mount_dev(existing, ws)
+        image = os.fstat(fd)
+        held = _held_loop(image)
+        if held is not None:  # the device a sandbox still holds: the same filesystem, never a second
+            dev, loop = held
+            try:
+                _mount_dev(dev, ws)
+            finally:
+                os.close(loop)
             return
         for _ in range(8):  # (another process may take the free device first)
             ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
@@ -181,20 +191,20 @@ def _mount(images: int, name: str, ws: int) -> None:
             dev = f"/dev/loop{number}"
             loop = os.open(dev, os.O_RDWR | os.O_CLOEXEC)
             try:
-                config = bytearray(304)  # struct loop_config: fd, block_size, loop_info64, reserved
+                config = bytearray(_CONFIG_SIZE)  # struct loop_config: fd, block_size, loop_info64, reserved
                 struct.pack_into("=I", config, 0, fd)
-                struct.pack_into("=I", config, 8 + 52, _LO_FLAGS_AUTOCLEAR)  # info.lo_flags
+                struct.pack_into("=I", config, 8 + _INFO_FLAGS, _LO_FLAGS_AUTOCLEAR)
                 try:
                     fcntl.ioctl(loop, _LOOP_CONFIGURE, bytes(config))
                 except OSError as exc:
-                    if exc.errno == 16:  # EBUSY: taken meanwhile
+                    if exc.errno == errno.EBUSY:  # taken meanwhile
                         continue
                     raise
                 _mount_dev(dev, ws)  # (before the device's fd closes: autoclear would take it)
                 return
             finally:
                 os.close(loop)
-        raise OSError(16, "no free loop device")
+        raise OSError(errno.EBUSY, "no free loop device")
     finally:
         os.close(fd)
 
@@ -203,20 +213,34 @@ def _mount_dev(dev: str, ws: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     target = f"/proc/self/fd/{ws}".encode()
     if libc.mount(dev.encode(), target, b"ext4", _MS_NOSUID | _MS_NODEV, None) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
-def _loop_of(image: os.stat_result) -> str | None:
-    """The loop device backed by this very image (dev and inode), if one is set up."""
+def _held_loop(image: os.stat_result) -> tuple[str, int] | None:
+    """A loop device bound to this very image (its dev and inode, as the device says), opened: held open,
+    it stays bound until mounted. One whose autoclear runs (its last mount just went) is not bound any more
+    (ENXIO): mounting it would read a detached file, so a new device is set up instead."""
     for backing in glob.glob("/sys/block/loop*/loop/backing_file"):
+        dev = "/dev/" + backing.split("/")[3]
         try:
             with open(backing, encoding="utf-8", errors="surrogateescape") as f:
                 st = os.stat(f.read().rstrip("\n"))
+            if (st.st_dev, st.st_ino) != (image.st_dev, image.st_ino):
+                continue
+            loop = os.open(dev, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) == (image.st_dev, image.st_ino):
-            return "/dev/" + backing.split("/")[3]
+        try:
+            info = bytearray(_INFO_SIZE)
+            fcntl.ioctl(loop, _LOOP_GET_STATUS64, info)
+            device, inode = struct.unpack_from("=QQ", info, 0)
+        except OSError:
+            os.close(loop)
+            continue
+        if (device, inode) == (image.st_dev, image.st_ino):
+            return dev, loop
+        os.close(loop)
     return None
 
 
