@@ -39,6 +39,7 @@ IMAGES = ".images"  # (a slug ends in "-<hash>" and a pool dir is "pool.<token>"
 MAX_BYTES = 16 << 30
 SHARE = 8  # of the filesystem the images are on
 FLOOR_BYTES = 2 << 20  # ext4 with its journal still has room for files
+_MKFS_EXTENDED = "nodiscard,lazy_itable_init=1,lazy_journal_init=1"
 _LOOP_CTL_GET_FREE = 0x4C82
 _LOOP_CONFIGURE = 0x4C0A
 _LOOP_GET_STATUS64 = 0x4C05
@@ -147,7 +148,9 @@ def _make(root: str, images: int, name: str) -> None:
     try:
         os.ftruncate(fd, cap(root))
         subprocess.run(
-            ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard", f"/proc/self/fd/{fd}"],
+            # A new sparse file reads as zeros: its journal and inode tables need no zeroing, which would
+            # write them out (a 16 GiB image took 135 MB of the host's disk made, 4 MB without)
+            ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", _MKFS_EXTENDED, f"/proc/self/fd/{fd}"],
             pass_fds=(fd,),
             check=True,
             capture_output=True,
@@ -212,7 +215,8 @@ def _mount(images: int, name: str, ws: int) -> None:
 def _mount_dev(dev: str, ws: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     target = f"/proc/self/fd/{ws}".encode()
-    if libc.mount(dev.encode(), target, b"ext4", _MS_NOSUID | _MS_NODEV, None) != 0:
+    # noinit_itable: the kernel would zero the inode tables mkfs left (zeros already) into the host's disk
+    if libc.mount(dev.encode(), target, b"ext4", _MS_NOSUID | _MS_NODEV, b"noinit_itable") != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
