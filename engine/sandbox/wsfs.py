@@ -26,6 +26,7 @@ import fcntl
 import glob
 import logging
 import os
+import socket
 import stat
 import struct
 import subprocess
@@ -124,6 +125,15 @@ def _ensure_locked(root: str, path: str, images: int) -> bool:
             return False
         if root in _refused:
             return False
+        if not docker_sees_our_mounts():
+            if root not in _said_plain:
+                _said_plain.add(root)
+                log.warning(
+                    "sandbox workspaces under %s stay plain dirs (uncapped): the Docker engine is in another "
+                    "mount namespace, and would bind the dir under the mount",
+                    root,
+                )
+            return False
         try:
             _make(root, images, name)
             _mount(images, name, ws)
@@ -137,6 +147,30 @@ def _ensure_locked(root: str, path: str, images: int) -> bool:
         return True
     finally:
         os.close(ws)
+
+
+def docker_sees_our_mounts() -> bool:
+    """Whether a mount made here is what Docker binds: the engine on the local socket (DOCKER_HOST or the
+    default) is in this process's mount namespace, by the socket's peer credentials. A gateway in a mount
+    namespace of its own (a unit's PrivateTmp, ProtectSystem, PrivateMounts) would give its sandboxes the
+    empty dir under the mount while it wrote into the mount. No local engine: nothing to disagree with."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return False  # an engine elsewhere cannot bind this host's dirs as we see them
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(2.0)
+        try:
+            sock.connect(host[len("unix://") :])
+        except OSError:
+            return True  # no engine answers: the bwrap backend's mount is the only one
+        pid = struct.unpack("=iII", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    finally:
+        sock.close()
+    try:
+        return pid > 0 and os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return False
 
 
 def _make(root: str, images: int, name: str) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -216,3 +217,41 @@ def wsfs_mounts(state: Path) -> list[str]:
     top = f"{state}/sandboxes/"
     with open("/proc/self/mountinfo") as f:
         return [w[4] for w in (line.split() for line in f) if w[4].startswith(top)]
+
+
+SERVE = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+print("ready", flush=True)
+while True:
+    s.accept()[0].close()
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("namespace", ["ours", "its own"])
+def test_workspaces_stay_plain_where_the_docker_engine_would_not_see_the_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, namespace: str
+) -> None:
+    sock = tmp_path / "docker.sock"
+    unshare = ["unshare", "--mount", "--propagation", "private"] if namespace == "its own" else []
+    engine = subprocess.Popen([*unshare, sys.executable, "-c", SERVE, str(sock)], stdout=subprocess.PIPE)
+    try:
+        assert engine.stdout is not None and engine.stdout.readline() == b"ready\n"
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{sock}")
+        root = str(tmp_path / "sandboxes")
+        ws = os.path.join(root, "agent-main-0123")
+        assert wsfs.ensure(root, ws) == (namespace == "ours")
+        assert os.path.exists(wsfs.image_path(root, ws)) == (namespace == "ours")
+        if namespace == "ours":
+            detach(ws)
+    finally:
+        engine.kill()
+        engine.wait()
+
+
+def test_an_engine_elsewhere_never_sees_our_mounts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
+    assert not wsfs.docker_sees_our_mounts()
