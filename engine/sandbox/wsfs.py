@@ -14,7 +14,8 @@ Nothing is lost: an image whose workspace is not mounted (after a reboot, or its
 again, never made anew; a workspace that is already a plain dir with files in it stays plain (said once in
 the log, docs/SECURITY.md); a loop device already backed by the image is mounted again rather than a second
 one (two devices over one ext4 would corrupt it). Mounting needs root: a gateway that is not root keeps
-plain dirs, as docs/SECURITY.md says.
+plain dirs, as docs/SECURITY.md says; so does one whose local Docker engine is in another mount namespace
+(Docker would bind the dir under the mount).
 """
 
 from __future__ import annotations
