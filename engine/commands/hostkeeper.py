@@ -32,6 +32,10 @@ from engine.commands import bindsource
 
 HELPER_NAME = "exechost-hostenter"
 KEEP_AT_MOST = 16  # keepers one process holds (one per agent of a state dir; tests make many)
+# Starts of a keeper tried before its runs take a bwrap of their own: bwrap's setup fails now and then while
+# the host's mount table changes under it (a source's path resolved to another mount: "Race condition
+# binding dirfd"; a source's path gone: "Can't find source path"), before anything of a run has started.
+START_ATTEMPTS = 3
 
 
 # Where the helper is, when not in the venv; set empty: none (every run takes a bwrap of its own).
@@ -155,7 +159,11 @@ def ensure(key: tuple[object, ...], state: str, bwrap: str, helper: str, ops: li
         old = _keepers.pop(state, None)
         if old is not None:
             old.stop()
-        keeper = _start(key, bwrap, helper, ops)
+        keeper = None
+        for _ in range(START_ATTEMPTS):
+            keeper = _start(key, bwrap, helper, ops)
+            if keeper is not None:
+                break
         if keeper is None:
             return None
         _keepers[state] = keeper
