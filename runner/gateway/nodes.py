@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from engine.jsontext import INT_MAX
 from engine.nodes.gateway_key import GatewayKey
 from engine.nodes.link import NodeError, NodeLink
+from engine.nodes.revocations import Revocations
 from engine.nodes.select import Candidate, NodeSelectError, normalize_node_key, select_node
-from engine.nodes.wire import Hello, NodeEvent, Request, Response
+from engine.nodes.wire import Hello, NodeEvent, Request, Response, credential_stamp
 from engine.policy.decision import Decision
 from engine.principals import key_owner
 from engine.protocol.requests import ExecRequest
@@ -26,6 +27,7 @@ from runner.gateway.node_events import NodeEvents, session_row
 from runner.gateway.node_keys import NodeKeys
 from runner.gateway.node_orphans import Orphans
 from runner.gateway.node_output import NodeOutputFeed
+from runner.gateway.node_revoke import NodeRevoke
 from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
 from runner.gateway.node_sessions import NodeSessions
 
@@ -80,6 +82,10 @@ class NodeHub:
         self.events = NodeEvents(services, self._runs, self.orphans, self.keys, self.feed)
         services.output.remote = self.feed  # node output goes through the same fan-out as local output
         services.approvals.generations.listen(self._revoked)
+        # `agents revoke` on every node, and on each later link to one that has not answered it.
+        self.revocations = NodeRevoke(
+            Revocations(services.state_dir), self.sync, lambda: self.services.config().nodes
+        )
 
     def sync(self) -> dict[str, NodeLink]:
         nodes = self.services.config().nodes
@@ -202,7 +208,9 @@ class NodeHub:
         self.keys.pin(link.name, hello.node_id)
 
     def _on_connected(self, link: NodeLink) -> None:
-        """A link is through: the runs the last one left without an answer are settled (runs.status)."""
+        """A link is through: the runs the last one left without an answer are settled (runs.status), and
+        the revocations its node has not answered go to it."""
+        self.revocations.linked(link)
         if self.orphans.waiting(link.name):
             task = asyncio.ensure_future(self.orphans.settle(link))
             self._tasks.add(task)
@@ -261,6 +269,8 @@ class NodeHub:
             "background": bool(given.background),
             "pty": bool(given.pty),
             "sandbox": sandboxed,
+            # Which credential asked (a digest of its digest): a node told of its revoke refuses it.
+            "credential": credential_stamp(ctx.credential),
         }
         # Room for the node's ask to be answered here, then for the command itself.
         wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5
@@ -614,6 +624,7 @@ class NodeHub:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.revocations.close()
         for link in list(self.links.values()):
             with contextlib.suppress(Exception):
                 await link.close()
