@@ -86,9 +86,9 @@ class Revocations:
         return made
 
     def owed(self, node: str) -> list[AgentRevoke]:
-        """What `node` has not answered yet, oldest first."""
-        with statefs.file_lock(self.path):
-            return [r.wire for r in self._load() if node not in r.acked]
+        """What `node` has not answered yet, oldest first (read without the lock: the file is replaced
+        whole, never torn)."""
+        return [r.wire for r in self._load() if node not in r.acked]
 
     def acked(self, node: str, revocation: str, nodes: Iterable[str]) -> None:
         """`node` answered `revocation`; one every configured node (`nodes`) answered is forgotten."""

@@ -42,6 +42,12 @@ class NodeRevoke:
         done = await asyncio.gather(*(self.deliver(link) for link in up))
         return {link.name: n for link, n in zip(up, done, strict=True)}
 
+    def start(self) -> None:
+        """At the gateway's start: each configured node that owes a revocation is linked and told (links
+        otherwise open on first use, and a node nobody uses would run the revoked agent's work on)."""
+        for link in self._links().values():
+            self.linked(link)
+
     def linked(self, link: NodeLink) -> None:
         """A link came up (or should): what its node has not answered goes, in the background."""
         task = asyncio.ensure_future(self.deliver(link))

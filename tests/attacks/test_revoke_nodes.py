@@ -5,13 +5,14 @@ runs when it links again, and only the revoking gateway's agent is touched on a 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 from engine import principals
 from engine.nodes.revocations import Revocations
 from engine.protocol.client import ControlClient
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, cli, connect, gateway, wait_until, write_config
 from tests.helpers.sshd import SshdNode, sshd_nodes  # noqa: F401
 
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
@@ -127,6 +128,46 @@ async def test_a_revoke_ends_only_its_own_gateways_agent_on_a_shared_node(
             finally:
                 for client in (*agents, *operators):
                     await client.close()
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+
+
+async def test_a_revoke_made_while_no_gateway_ran_reaches_the_node_when_the_next_one_starts(
+    state_dir: Path,
+    sshd_nodes: list[SshdNode],  # noqa: F811
+) -> None:
+    node = sshd_nodes[0]
+    (node.state_dir / "config.toml").write_text(NODE_FULL)
+    alive = node.marks / "alive"
+    write_config(state_dir, GATEWAY + node.config_toml())
+    token = principals.mint(state_dir, "ops")
+    service = node.run_service()  # the run outlives the gateway
+    try:
+        async with gateway(state_dir):
+            ops = await connect(state_dir, client="ops", operator=False, credential=token)
+            try:
+                sid = await _start(ops, node.name, alive)
+                await wait_until(lambda: _grown(alive, 0), timeout=30)
+            finally:
+                await ops.close()
+
+        done = await asyncio.to_thread(cli, state_dir, "agents", "revoke", "ops")  # no gateway runs
+        assert done.returncode == 0, done.stderr
+        assert [r.agent for r in Revocations(state_dir).owed(node.name)] == ["ops"]
+
+        async with gateway(state_dir):  # nobody uses the node: its start tells it all the same
+            await wait_until(lambda: not Revocations(state_dir).owed(node.name), timeout=60)
+            operator = await connect(state_dir)
+            try:
+
+                async def ended() -> bool:
+                    rows = await _status(operator, sid)
+                    return bool(rows) and all(s != "running" for s in rows)
+
+                await wait_until(ended, timeout=30)
+            finally:
+                await operator.close()
     finally:
         service.terminate()
         service.wait(timeout=30)
