@@ -85,6 +85,10 @@ class Revocations:
             self._save([*self._load(), made])
         return made
 
+    def pending(self) -> int:
+        """Revocations some configured node has not answered yet."""
+        return len(self._load()) if self.path.exists() else 0
+
     def owed(self, node: str) -> list[AgentRevoke]:
         """What `node` has not answered yet, oldest first (read without the lock: the file is replaced
         whole, never torn)."""

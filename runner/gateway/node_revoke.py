@@ -43,10 +43,19 @@ class NodeRevoke:
         return {link.name: n for link, n in zip(up, done, strict=True)}
 
     def start(self) -> None:
-        """At the gateway's start: each configured node that owes a revocation is linked and told (links
-        otherwise open on first use, and a node nobody uses would run the revoked agent's work on)."""
-        for link in self._links().values():
-            self.linked(link)
+        """At the gateway's start, off its path: each configured node that owes a revocation is linked and
+        told (links otherwise open on first use, and a node nobody uses would run the revoked agent's work
+        on). Nothing owed: no link is made (nor the gateway key, nor asyncssh loaded)."""
+        task = asyncio.ensure_future(self._owed_at_start())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _owed_at_start(self) -> int:
+        owed = await asyncio.to_thread(self.store.pending)
+        if owed:
+            for link in self._links().values():
+                self.linked(link)
+        return owed
 
     def linked(self, link: NodeLink) -> None:
         """A link came up (or should): what its node has not answered goes, in the background."""
