@@ -10,6 +10,7 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
+from engine.approvals.generations import Generations
 from engine.nodes.wire import AgentRevoke, WireError
 from engine.sandbox import bwraplimits
 from engine.sessions import SessionManager
@@ -29,8 +30,11 @@ class RevokeError(ValueError):
 class Revoked:
     """The revoked credentials of each gateway's agents, and the kill of what such an agent runs here."""
 
-    def __init__(self, sessions: SessionManager) -> None:
+    def __init__(self, sessions: SessionManager, generations: Generations | None = None) -> None:
         self.sessions = sessions
+        # The node's own credential generations (its approval manager's): a bump refuses what the agent's
+        # sandboxes here ask of the node's egress proxy, and ends their connections (runner.egress).
+        self.generations = generations
         self._stamps: OrderedDict[tuple[str, str], None] = OrderedDict()  # (principal, stamp)
 
     def refused(self, ns: str, agent: str, stamp: Any) -> bool:
@@ -51,6 +55,11 @@ class Revoked:
             self._stamps.move_to_end((principal, wire.credential))
             while len(self._stamps) > MAX_REVOKED:
                 self._stamps.popitem(last=False)
+        if self.generations is not None:
+            # A node files its sandboxes by the agent's plain name, whichever gateway's it is: the egress
+            # of that name stops until a run enters the sandbox again (a gateway sharing the node with an
+            # agent of the same name serves it again with its next sandboxed run).
+            self.generations.bump(wire.agent)
         return {"agent": wire.agent, "killed": await self.kill(principal)}
 
     async def kill(self, principal: str) -> int:

@@ -116,7 +116,7 @@ class NodeServer:
             self.approvals, self.store, self.grants, state_dir, self.sandbox_config, self.runs_in_flight
         )
         self._egress_started = False
-        self.revoked = Revoked(self.sessions)  # the gateways' revoked agents (agent.revoke)
+        self.revoked = Revoked(self.sessions, self.approvals.generations)  # the gateways' revoked agents
         self.system = SystemRun(
             self.tool,
             self.sandbox_tool,

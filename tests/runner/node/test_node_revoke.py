@@ -5,7 +5,9 @@ agent, and the params' wire shape are held to (engine.nodes.wire.AgentRevoke).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,14 @@ from engine.nodes.wire import (
     decode,
     encode,
 )
+from engine.sandbox.egress import forwarder
 from runner.node.links import Output
 from runner.node.serve import NodeServer
+from tests.helpers.egress import curl, host_forwarder, origin
 from tests.helpers.gateway import wait_until
 
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+SANDBOX = "exechost-rv12-node"
 OLD, NEW = credential_stamp("old-credential"), credential_stamp("new-credential")
 
 
@@ -67,10 +72,9 @@ def test_the_wire_shape_refuses_what_is_not_it() -> None:
     assert credential_stamp("") == "" and OLD != NEW
 
 
-async def test_a_revoked_credentials_runs_end_and_later_ones_are_refused(
-    state_dir: Path, tmp_path: Path
-) -> None:
-    (state_dir / "config.toml").write_text(NODE_FULL)
+@contextlib.asynccontextmanager
+async def _linked(state_dir: Path) -> AsyncIterator[tuple[NodeServer, _Gateway]]:
+    """An in-process node server (service mode) and an anonymous gateway's link to it."""
     server = NodeServer(state_dir, service=True)
     node_end, gateway_end = socket.socketpair()
     srv_reader, srv_writer = await asyncio.open_connection(sock=node_end)
@@ -78,7 +82,19 @@ async def test_a_revoked_credentials_runs_end_and_later_ones_are_refused(
     task = asyncio.ensure_future(server.serve(srv_reader, Output(srv_writer)))
     try:
         assert isinstance(decode(await reader.readline()), Hello)
-        gw = _Gateway(reader, writer)
+        yield server, _Gateway(reader, writer)
+    finally:
+        writer.close()
+        await asyncio.wait_for(task, 10)
+        await server.close_tools()
+        await server.sessions.close()
+
+
+async def test_a_revoked_credentials_runs_end_and_later_ones_are_refused(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    (state_dir / "config.toml").write_text(NODE_FULL)
+    async with _linked(state_dir) as (server, gw):
         marks = {name: tmp_path / name for name in ("ops", "dev")}
         started = {}
         for name in ("ops", "dev"):
@@ -98,8 +114,30 @@ async def test_a_revoked_credentials_runs_end_and_later_ones_are_refused(
 
         bad = await gw.call(AGENT_REVOKE, {"agent": "ops", "revocation": "nope"})
         assert not bad.ok and bad.error and bad.error["code"] == "INVALID_REQUEST"
-    finally:
-        writer.close()
-        await asyncio.wait_for(task, 10)
-        await server.close_tools()
-        await server.sessions.close()
+
+
+async def test_a_revoke_stops_the_agents_sandbox_egress_on_the_node(state_dir: Path) -> None:
+    with origin() as site:
+        (state_dir / "config.toml").write_text(
+            NODE_FULL + "[agents.defaults.sandbox.egress]\n"
+            f'mode = "allowlist"\nallow = ["http://allowed.test:{site.port}"]\nask = true\n'
+            'resolve = { "allowed.test" = "127.0.0.1" }\n'
+        )
+        url = f"http://allowed.test:{site.port}/"
+        async with _linked(state_dir) as (server, gw):
+            directory = forwarder.prepare_dir(SANDBOX)
+            await server.egress.listen(SANDBOX, "ops", None)  # as a run's making of the sandbox does
+            with host_forwarder(directory) as proxy:
+                assert await _status(proxy, url) == "200"
+                res = await gw.call(AGENT_REVOKE, AgentRevoke("ops", "ef" * 16, OLD).to_json())
+                assert res.ok, res
+                assert await _status(proxy, url) == "403"  # the node's own proxy, as the agent: refused
+                await server.egress.listen(SANDBOX, "ops", None)  # a run of the agent enters it again
+                assert await _status(proxy, url) == "200"
+
+
+async def _status(proxy: int, url: str) -> str:
+    _code, out, _err = await curl(
+        "-o", "/dev/null", "-w", "%{http_code}", "-x", f"http://127.0.0.1:{proxy}", url
+    )
+    return out
