@@ -422,10 +422,14 @@ class GatewayServer:
         self.services.approvals.revoke_agent(agent)
         # and what it left running on the gateway host stops: every process of its host runs' group
         await asyncio.to_thread(bwraplimits.kill_host_group, agent)
-        # and on every node (one down now hears it on its next link: engine.nodes.revocations)
-        await self.services.nodes.revocations.revoke(agent, principals.credential_id(old) if old else "")
         await self._drop(conns)
         await self.recheck()
+        # and on every node (one down now hears it on its next link: engine.nodes.revocations); the answer
+        # waits for the nodes that are up
+        try:
+            await self.services.nodes.revocations.revoke(agent, principals.credential_id(old) if old else "")
+        except Exception:  # (the file could not be written: the revoke here stands, and says so in the log)
+            log.exception("agent %s: the revocation could not be kept for its nodes", agent)
         return removed, len(conns)
 
     async def rotate_agent(self, agent: str) -> tuple[str, int]:
