@@ -32,6 +32,7 @@ from engine.config.egress import MAX_CONNECTIONS, Pattern
 from engine.principals import SHARED_SCOPE
 from engine.sandbox.egress import handoff, httphead, sockio, socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
+from engine.sandbox.egress.dialects import Http, Socks, refusal
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +357,7 @@ class EgressProxy:
         rec = Connection(agent_id, sandbox, "", 0, "", "refused", "", "proxy", startedAtMs=_now_ms())
         rec.principal = who
         upstream: socket.socket | None = None
-        talk: _Http | _Socks = _Http(client)
+        talk: Http | Socks = Http(client)
         counted = False
         live = _Live(client)
         try:
@@ -365,7 +366,7 @@ class EgressProxy:
                 async with asyncio.timeout(HEAD_TIMEOUT_SEC):
                     first = await sockio.recv(client, 16384)
                     if first[:1] == bytes([socks.VERSION]):
-                        talk = _Socks(client)
+                        talk = Socks(client)
                     parsed = await talk.read(first)
             except httphead.BadRequest as exc:
                 rec.rule, rec.method = str(exc), talk.method
@@ -394,7 +395,7 @@ class EgressProxy:
             if self.held.get(who, 0) >= cap:
                 # Before the decision: a capped sandbox makes no asks either.
                 rec.rule = f"{who} holds {cap} proxy connections already (sandbox.egress.maxConnections)"
-                rec.status = await talk.refuse("busy", _refusal(name, port, rec.rule))
+                rec.status = await talk.refuse("busy", refusal(name, port, rec.rule))
                 return
             self.held[who] = self.held.get(who, 0) + 1
             counted = True
@@ -404,7 +405,7 @@ class EgressProxy:
             decision = await self.decide(request)
             rec.rule, rec.decidedBy = decision.rule, decision.by
             if not decision.allowed:
-                rec.status = await talk.refuse("forbidden", _refusal(name, port, decision.rule))
+                rec.status = await talk.refuse("forbidden", refusal(name, port, decision.rule))
                 return
             try:
                 target = await resolve(
@@ -413,7 +414,7 @@ class EgressProxy:
             except Refused as exc:
                 rec.rule = f"{decision.rule}; refused: {exc}"
                 rec.detail = exc.detail
-                rec.status = await talk.refuse("forbidden", _refusal(name, port, str(exc)))
+                rec.status = await talk.refuse("forbidden", refusal(name, port, str(exc)))
                 return
             rec.address = target.address
             try:
@@ -427,7 +428,7 @@ class EgressProxy:
                 return
             if live.cut:  # its agent was revoked while this was decided or connected: not a byte relayed
                 rec.rule = f"{decision.rule}; then the agent {agent_id} was revoked"
-                rec.status = await talk.refuse("forbidden", _refusal(name, port, "agent revoked"))
+                rec.status = await talk.refuse("forbidden", refusal(name, port, "agent revoked"))
                 return
             live.relaying = True  # (no await since the check above: a cut from now on shuts it)
             rec.decision = "allowed"
@@ -481,92 +482,6 @@ class EgressProxy:
         down = loop.run_in_executor(self._pool, _pump, upstream, client)
         sent_up, sent_down = await asyncio.gather(up, down)
         return sent_up, sent_down
-
-
-_HTTP_REFUSALS = {
-    "bad": (400, "Bad Request"),
-    "timeout": (408, "Request Timeout"),
-    "forbidden": (403, "Forbidden"),
-    "busy": (429, "Too Many Requests"),
-    "unreachable": (502, "Bad Gateway"),
-}
-_SOCKS_REFUSALS = {
-    "bad": socks.GENERAL_FAILURE,
-    "timeout": socks.GENERAL_FAILURE,
-    "forbidden": socks.NOT_ALLOWED,
-    "busy": socks.NOT_ALLOWED,
-    "unreachable": socks.HOST_UNREACHABLE,
-}
-ANSWER_TIMEOUT_SEC = 5.0  # a refusal fits any socket buffer; a client that will not take it is left
-# method, name, port, head to send upstream, bytes read after it, body length (None: a tunnel's, no end)
-Parsed = tuple[str, str, int, bytes, bytes, int | None]
-
-
-class _Http:
-    """HTTP forward proxying: an absolute-form request, or CONNECT; refusals are HTTP answers."""
-
-    method = "HTTP"
-
-    def __init__(self, client: socket.socket) -> None:
-        self.client = client
-        self.connect = False
-
-    async def read(self, first: bytes) -> Parsed | None:
-        head, rest = await httphead.read_head(self.client, first)
-        if not head:
-            return None
-        method, name, port, forward, body = httphead.parse(head)
-        self.method, self.connect = method, method == "CONNECT"
-        return method, name, port, forward, rest, body
-
-    async def refuse(self, kind: str, text: str) -> int:
-        code, reason = _HTTP_REFUSALS[kind]
-        with contextlib.suppress(OSError, TimeoutError):
-            async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
-                await httphead.answer(self.client, code, reason, text)
-        return code
-
-    async def established(self) -> int | None:
-        if self.connect:
-            await sockio.sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
-            return 200
-        return None
-
-
-class _Socks:
-    """SOCKS5 CONNECT (engine.sandbox.egress.socks); refusals are SOCKS reply codes."""
-
-    method = socks.METHOD
-
-    def __init__(self, client: socket.socket) -> None:
-        self.client = client
-        self.answered = False
-        self.code: int | None = None  # the handshake's own reply to a request it refused
-
-    async def read(self, first: bytes) -> Parsed | None:
-        try:
-            name, port, rest = await socks.handshake(self.client, first)
-        except socks.SocksError as exc:
-            self.answered, self.code = exc.code is None, exc.code  # (the greeting's refusal went already)
-            raise httphead.BadRequest(str(exc)) from None
-        return self.method, name, port, b"", rest, None
-
-    async def refuse(self, kind: str, text: str) -> int:
-        code = self.code if kind == "bad" and self.code is not None else _SOCKS_REFUSALS[kind]
-        if not self.answered:
-            self.answered = True
-            with contextlib.suppress(OSError, TimeoutError):
-                async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
-                    await sockio.sendall(self.client, socks.reply(code))
-        return code
-
-    async def established(self) -> int:
-        await sockio.sendall(self.client, socks.reply(socks.SUCCEEDED))
-        return socks.SUCCEEDED
-
-
-def _refusal(name: str, port: int, why: str) -> str:
-    return f"exechost egress refused {name}:{port}: {why}"
 
 
 async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:
