@@ -70,6 +70,9 @@ class EgressHub:
         self.writer = GroupWriter("egress history", self._write)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # A revoke or rotation ends the agent's connections at once; what its sandboxes ask later is
+        # refused by the generation each request carries (decide), with no list of listeners to chase.
+        services.approvals.generations.listen(self._revoked_agent)
 
     # -- lifecycle
 
@@ -93,8 +96,7 @@ class EgressHub:
             except OSError:
                 uid = None
             try:
-                name = entry.containerName
-                await self.proxy.listen(name, entry.agentId or "main", directory, uid, is_shared(name))
+                await self.listen(entry.containerName, entry.agentId or "main", uid)
             except OSError as exc:
                 log.warning("egress: %s not served: %s", entry.containerName, exc)
 
@@ -116,8 +118,19 @@ class EgressHub:
         if not self.proxy.listening(sandbox):
             self.proxy.stop(sandbox)
 
+    def _revoked_agent(self, agent_id: str) -> None:
+        cut = self.proxy.cut(agent_id)
+        if cut:
+            log.warning("egress: %d connection(s) of revoked agent %s ended", cut, agent_id)
+
     async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> None:
-        await self.proxy.listen(sandbox, agent_id, forwarder.socket_dir(sandbox), uid, is_shared(sandbox))
+        """Serve `sandbox` as `agent_id` under its credential generation now (a run of the agent's is making
+        or entering it): a revoke or rotation after this refuses what it asks, until a run of the agent's
+        new credential enters it again. The shared sandbox is nobody's own: no generation."""
+        shared = is_shared(sandbox)
+        generation = None if shared else self.services.approvals.generations.current(agent_id)
+        directory = forwarder.socket_dir(sandbox)
+        await self.proxy.listen(sandbox, agent_id, directory, uid, shared, generation=generation)
 
     # -- decisions
 
@@ -132,7 +145,29 @@ class EgressHub:
         return int(self._egress(agent_id).get("max_connections", MAX_CONNECTIONS))
 
     async def decide(self, req: Request) -> Decision:
+        """The decision for one request, refused whenever its agent's credential generation moved past the
+        one its sandbox was served under: checked first (no ask is filed for a revoked agent) and again
+        after every await (a revoke meanwhile never lets it through)."""
+        decision = await self._decide(req)
+        if decision.allowed and self._revoked(req):
+            return self._refused(req, decision.resolve, decision.deny)
+        return decision
+
+    def _revoked(self, req: Request) -> bool:
+        return self.services.approvals.generations.stale(req.agent_id, req.generation)
+
+    @staticmethod
+    def _refused(req: Request, resolve: dict[str, str], deny: tuple[Pattern, ...]) -> Decision:
+        why = (
+            f"agent {req.agent_id} was revoked (or its credential rotated) since a run of it served "
+            "this sandbox"
+        )
+        return Decision(False, why, "revoke", resolve, deny)
+
+    async def _decide(self, req: Request) -> Decision:
         services = self.services
+        if self._revoked(req):
+            return self._refused(req, {}, ())
         policy = EgressPolicy.from_config(self._egress(req.agent_id))
         found = dict(policy.resolve), policy.deny  # (every resolved address is checked against `deny`)
         approved = _patterns(await asyncio.to_thread(services.store.egress_allow, req.agent_id))
@@ -176,7 +211,7 @@ class EgressHub:
         )
         undo = self.bind_ask(req) if self.bind_ask is not None else None
         try:
-            record, _ = approvals.register(request)
+            record, _ = approvals.register(request, generation=req.generation)
         except ApprovalError as exc:
             return Decision(False, f"ask refused: {exc}", "policy", *found)
         finally:

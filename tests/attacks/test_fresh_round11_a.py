@@ -56,12 +56,6 @@ def _asks_of(rows: list[dict[str, Any]], agent: str) -> list[dict[str, Any]]:
     return [r for r in rows if (r.get("agentId") or (r.get("request") or {}).get("agentId")) == agent]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents revoke` leaves the agent's sandboxes' egress proxy serving as the agent: its "
-    "allowlisted names still connect and an unknown name still files a fresh ask as the revoked agent "
-    "(runner/egress.py registers with no credential generation; the listener is its authority by place)",
-)
 async def test_class1_a_revoked_agents_sandbox_still_egresses_and_asks_as_it(state_dir: Path) -> None:
     with origin() as site:
         write_config(state_dir, _egress_config(site.port))
@@ -141,12 +135,6 @@ async def test_class1_the_gateways_docker_engine_over_tcp_is_a_host_runs(
     assert "ENGINEKEY-r11a" not in output, f"a host run read the engine's TLS key: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents revoke` stops the agent's gateway-host runs (its pids group) but sends nothing to "
-    "its nodes: a background run it left on a node keeps running as it after the revoke "
-    "(runner/gateway/nodes._revoked only denies asks of runs in flight)",
-)
 async def test_class1_a_revoked_agents_background_run_on_a_node_keeps_running(
     state_dir: Path,
     sshd_nodes: list[SshdNode],  # noqa: F811
