@@ -34,6 +34,7 @@ import re
 import signal
 import tempfile
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from engine import sysbin
 from engine.commands import (
@@ -42,6 +43,7 @@ from engine.commands import (
     dirshadow,
     homesockets,
     hostkeeper,
+    hostnet,
     hostprivate,
     importroots,
     sshinclude,
@@ -95,6 +97,9 @@ class Outside:
     private: tuple[tuple[str, str], ...] = ()
     # the workdir as the run names it, when it is in the agent's private copy (its host path is there)
     chdir: str | None = None
+    # whose network namespace the run joins (engine.commands.hostnet: the agent's own, kept); None: the
+    # host's ([tools.exec] hostNetwork = "host")
+    net_agent: str | None = None
 
 
 NOTHING_OUTSIDE = Outside()
@@ -937,32 +942,100 @@ def _cover_root(root: str) -> bool:
 
 def kept_prefix(
     state: str, bwrap: str, *, make: bool = True, outside: Outside = NOTHING_OUTSIDE
-) -> tuple[list[str], tuple[int, ...]] | None:
-    """The words that run a command in this state dir's kept view and the fds they name (the caller's to
-    pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
-    no helper, or no keeper ready and `make` is false."""
+) -> tuple[list[str], tuple[int, ...], dict[str, str]] | None:
+    """The words that run a command in this state dir's kept view, the fds they name (the caller's to
+    pass and close) and the env the run needs (its egress proxy's), the keeper and the agent's network
+    namespace made or re-made here when `make` (blocking a few ms); None when there is no helper, or no
+    keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
     known = includes_known() and programs_known()
     if helper is None or (not make and not known) or outside.chdir is not None:
         # git would have to be asked: the caller's thread does it (make=True); a workdir in a private
         # dir is reached by bwrap's --chdir, in a view of the run's own
         return None
+    holder = _net_holder(state, helper, outside, make=make)
+    if holder is False:
+        return None
     ops = view_args(state, outside=replace(outside, workdir=None))
     slot = hostkeeper.slot(state, outside.private[0][0] if outside.private else None)
-    key = hostkeeper.view_key(bwrap, helper, state, ops)
+    # A gateway that is not root: its kept view is made inside the agent's network namespace's user
+    # namespace, which its runs join first (engine.commands.hostnet); a new one, a new view.
+    inner = holder if holder is not None and holder.user is not None else None
+    key = (*hostkeeper.view_key(bwrap, helper, state, ops), _ns_id(inner) if inner is not None else None)
     keeper = hostkeeper.current(key, slot)
     if keeper is None and make:
-        keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops)
-    return keeper.enter(helper) if keeper is not None else None  # None: stopped meanwhile
+        outer = inner.words(helper) if inner is not None else None
+        try:
+            keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops, outer)
+        finally:
+            for fd in outer[1] if outer is not None else ():
+                os.close(fd)
+    entered = keeper.enter(helper) if keeper is not None else None  # None: stopped meanwhile
+    if entered is None:
+        return None
+    net = holder.words(helper) if holder is not None else ([], ())
+    if net is None:
+        for fd in entered[1]:
+            os.close(fd)
+        return None
+    env = holder.env if holder is not None else {}
+    return [*net[0], *entered[0]], (*net[1], *entered[1]), dict(env)
 
 
-def head(bwrap: str) -> list[str]:
+def _ns_id(holder: hostnet.Holder) -> int:
+    return os.fstat(holder.net).st_ino if holder.net >= 0 else -1
+
+
+def _net_holder(
+    state: str, helper: str, outside: Outside, *, make: bool
+) -> hostnet.Holder | Literal[False] | None:
+    """The agent's kept network namespace (None: the run keeps the host's); False when it is not up and
+    `make` is false. HostViewError when it cannot be made: never the host's network in its place."""
+    if outside.net_agent is None:
+        return None
+    holder = hostnet.current(state, outside.net_agent)
+    if holder is None and not make:
+        return False
+    if holder is None:
+        holder = hostnet.ensure(state, outside.net_agent, helper)
+    if holder is None:
+        raise HostViewError(
+            "the agent's own network namespace for gateway-host runs could not be made (exechost-"
+            'hostenter netkeep); set [tools.exec] hostNetwork = "host" to run them in the host\'s, with '
+            "what that gives away (docs/SECURITY.md)"
+        )
+    return holder
+
+
+def net_prefix(state: str, outside: Outside) -> tuple[list[str], tuple[int, ...], dict[str, str]]:
+    """For a run's own bwrap: the words (first of all, before bwrap) that put it in its agent's network
+    namespace, their fds and the env the run needs; made here when missing (blocking). With no helper,
+    bwrap's own empty namespace (NET_OPS): cut off, its servers answering no later run."""
+    helper = hostkeeper.helper_path()
+    if outside.net_agent is None or helper is None:
+        return [], (), {}
+    holder = _net_holder(state, helper, outside, make=True)
+    assert holder is not None and holder is not False  # made when missing, or refused
+    words = holder.words(helper)
+    if words is None:
+        raise HostViewError("the agent's network namespace was stopped while its run was made; try again")
+    return words[0], words[1], dict(holder.env)
+
+
+def net_ops(outside: Outside) -> tuple[str, ...]:
+    """bwrap's own network namespace for a run with no helper to join its agent's (only `lo`)."""
+    own = outside.net_agent is not None and hostkeeper.helper_path() is None
+    return ("--unshare-net",) if own else ()
+
+
+def head(bwrap: str, net: list[str] | None = None) -> list[str]:
     """The words before bwrap's operations: bwrap itself ignores the terminal's signals, and starts (with
     the helper) in a mount namespace whose /dev/pts is a devpts of its own, which its view copies: the
-    run reaches no terminal but its own (engine/commands/hostenter.c, own-pts)."""
+    run reaches no terminal but its own (engine/commands/hostenter.c, own-pts); in its agent's network
+    namespace first when `net` (net_prefix) says so."""
     helper = hostkeeper.helper_path()
     own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
-    return [ENV, IGNORE, *own_pts, bwrap]
+    return [ENV, IGNORE, *(net or []), *own_pts, bwrap]
 
 
 def tail() -> list[str]:
@@ -1032,5 +1105,6 @@ def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
     for root in outside.covered:
         if os.path.realpath(root) != os.sep and _under(cwd, root):
             raise HostViewError(
-                f"{cwd} is inside the sandbox workspace root {root}, which gateway-host commands cannot see"
+                f"{cwd} is inside {root} (a sandbox workspace root, or the Docker engine's client keys), "
+                "which gateway-host commands cannot see"
             )

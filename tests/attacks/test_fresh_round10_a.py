@@ -168,8 +168,11 @@ async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_di
     """SECURITY.md: "Nothing the agent sends after the revoke is acted upon". Agent ops (a credential,
     security=full: trusted with the host until revoked) leaves a background run listening on loopback;
     the operator revokes ops; the agent's own process (any local account reaches loopback) sends a command
-    to its listener, and it runs on the gateway host."""
-    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    to its listener, and it runs on the gateway host. In the host's network (hostNetwork = "host": with
+    the default, the agent's loopback is its host runs' own, and no process outside reaches it at all)."""
+    write_config(
+        state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostNetwork = "host"\n'
+    )
     token = principals.mint(state_dir, "ops")
     port = _free_port()
     async with gateway(state_dir):
