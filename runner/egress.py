@@ -81,6 +81,12 @@ class EgressHub:
         manager.egress_gone = self._gone
         self._loop = asyncio.get_running_loop()
         hostnet.EGRESS = self.host_runs  # each agent's host runs' network namespace: its way out is here
+        for agent in hostnet.served(str(self.services.state_dir)):  # made under an earlier hub
+            name = hostnet.egress_name(agent)
+            try:
+                await self.proxy.listen(name, agent, forwarder.prepare_dir(name))
+            except OSError as exc:
+                log.warning("egress: host runs of %s not served: %s", agent, exc)
         try:
             entries = await asyncio.to_thread(manager.registry.read)
         except Exception as exc:  # a damaged registry: the next exec into each sandbox listens again

@@ -158,6 +158,14 @@ def _start(agent: str, helper: str) -> Holder | None:
     return holder
 
 
+def served(state: str) -> list[str]:
+    """The agents of `state` whose live namespace has a way out: a hub started after them (a gateway
+    restarted in this process) serves them again, or their forwarder would find no proxy."""
+    real = os.path.realpath(state)
+    with _lock:
+        return [a for (s, a), h in _holders.items() if os.path.realpath(s) == real and h.alive() and h.env]
+
+
 def stop(state: str | None = None) -> None:
     """End the namespaces of `state`, every agent's (every one of this process when None): a run still in
     one keeps it until the run ends."""

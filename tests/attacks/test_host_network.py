@@ -111,3 +111,19 @@ def test_host_network_is_validated_naming_file_key_and_line(state_dir: Path) -> 
     assert (err.key, err.line) == ("tools.exec.hostNetwork", 3)
     assert "invalid value 'bridge' (expected own|host)" in err.message
     assert str(path) in str(err)
+
+
+async def test_a_gateway_started_again_serves_the_namespace_made_before_it(state_dir: Path) -> None:
+    with origin() as site:
+        write_config(state_dir, FULL + _egress(site.port))
+        url = f"http://allowed.test:{site.port}/"
+        fetch = f"curl -sS --max-time 20 -o /dev/null -w '%{{http_code}}' {url}; echo"
+        codes = []
+        for _ in range(2):  # the agent's namespace outlives the first gateway's hub in this process
+            async with gateway(state_dir):
+                operator = await connect(state_dir)
+                try:
+                    codes.append(_out(await operator.request("exec", {"command": fetch})).strip())
+                finally:
+                    await operator.close()
+    assert [c[-3:] for c in codes] == ["200", "200"], codes
