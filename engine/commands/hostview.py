@@ -954,7 +954,7 @@ def kept_prefix(
         # dir is reached by bwrap's --chdir, in a view of the run's own
         return None
     holder = _net_holder(state, helper, outside, make=make)
-    if holder is False:
+    if holder is False:  # not up (or not to be had): a thread makes it, or the run takes its own bwrap
         return None
     ops = view_args(state, outside=replace(outside, workdir=None))
     slot = hostkeeper.slot(state, outside.private[0][0] if outside.private else None)
@@ -990,42 +990,34 @@ def _net_holder(
     state: str, helper: str, outside: Outside, *, make: bool
 ) -> hostnet.Holder | Literal[False] | None:
     """The agent's kept network namespace (None: the run keeps the host's); False when it is not up and
-    `make` is false. HostViewError when it cannot be made: never the host's network in its place."""
+    `make` is false, or cannot be made (a helper older than `netkeep`): the run then takes a bwrap of its
+    own in a namespace of its own (net_ops), never the host's network in its place."""
     if outside.net_agent is None:
         return None
     holder = hostnet.current(state, outside.net_agent)
-    if holder is None and not make:
-        return False
-    if holder is None:
+    if holder is None and make:
         holder = hostnet.ensure(state, outside.net_agent, helper)
-    if holder is None:
-        raise HostViewError(
-            "the agent's own network namespace for gateway-host runs could not be made (exechost-"
-            'hostenter netkeep); set [tools.exec] hostNetwork = "host" to run them in the host\'s, with '
-            "what that gives away (docs/SECURITY.md)"
-        )
-    return holder
+    return False if holder is None else holder
 
 
 def net_prefix(state: str, outside: Outside) -> tuple[list[str], tuple[int, ...], dict[str, str]]:
     """For a run's own bwrap: the words (first of all, before bwrap) that put it in its agent's network
-    namespace, their fds and the env the run needs; made here when missing (blocking). With no helper,
-    bwrap's own empty namespace (NET_OPS): cut off, its servers answering no later run."""
+    namespace, their fds and the env the run needs; made here when missing (blocking). Empty when the run
+    keeps the host's network, or when there is no namespace to join (net_ops then gives it one)."""
     helper = hostkeeper.helper_path()
     if outside.net_agent is None or helper is None:
         return [], (), {}
     holder = _net_holder(state, helper, outside, make=True)
-    assert holder is not None and holder is not False  # made when missing, or refused
-    words = holder.words(helper)
-    if words is None:
-        raise HostViewError("the agent's network namespace was stopped while its run was made; try again")
+    words = holder.words(helper) if holder else None
+    if not holder or words is None:
+        return [], (), {}
     return words[0], words[1], dict(holder.env)
 
 
-def net_ops(outside: Outside) -> tuple[str, ...]:
-    """bwrap's own network namespace for a run with no helper to join its agent's (only `lo`)."""
-    own = outside.net_agent is not None and hostkeeper.helper_path() is None
-    return ("--unshare-net",) if own else ()
+def net_ops(outside: Outside, joined: list[str]) -> tuple[str, ...]:
+    """bwrap's own network namespace (only `lo`) for a run of an agent whose kept one it could not join
+    (`joined` empty: no helper, or one too old to hold it): cut off, its servers answering no later run."""
+    return ("--unshare-net",) if outside.net_agent is not None and not joined else ()
 
 
 def head(bwrap: str, net: list[str] | None = None) -> list[str]:

@@ -430,8 +430,8 @@ class _Builder:
         if host:
             view, view_fds = hostview.view_by_fd(str(state_dir()), outside=outside)  # (fds: pinned_view's)
             self.fds += view_fds
-            ops = [*view, *hostview.pid_ops(), *hostview.net_ops(outside)]
             net, net_fds, net_env = hostview.net_prefix(str(state_dir()), outside)
+            ops = [*view, *hostview.pid_ops(), *hostview.net_ops(outside, net)]
             self.fds += net_fds
             self.env.update(net_env)
         pinned = ["--tmpfs", self.root, *self.args] if pins else []

@@ -127,3 +127,20 @@ async def test_a_gateway_started_again_serves_the_namespace_made_before_it(state
                 finally:
                     await operator.close()
     assert [c[-3:] for c in codes] == ["200", "200"], codes
+
+
+async def test_with_no_helper_a_run_is_cut_off_never_in_the_hosts_network(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXECHOST_HOSTENTER", "")  # none built: every run takes a bwrap of its own
+    with origin() as site:
+        write_config(state_dir, FULL)
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            try:
+                seen = await operator.request(
+                    "exec", {"command": f"curl -sS --max-time 10 http://127.0.0.1:{site.port}/; echo ran"}
+                )
+            finally:
+                await operator.close()
+    assert "ran" in _out(seen) and "origin says hello" not in _out(seen), _out(seen)
