@@ -15,6 +15,8 @@ hosts' /proc/<pid>/root, cwd and fd lead into the host's mount namespace, where 
 covered; in the run's /proc they do not exist. Every run has a /dev/pts of its own too (a devpts
 instance, made by exechost-hostenter): another agent's terminal session and the operator's terminal are
 in the host's, which no run can name; a terminal session's own terminal is made in the run's.
+Every run of an agent joins its agent's network namespace first (engine.commands.hostnet: only `lo`,
+egress through the sandboxes' proxy), unless the operator set hostNetwork = "host".
 
 bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
 started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
