@@ -29,6 +29,7 @@ from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import HISTORY_DIR, HistoryError
 from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest
 from engine.approvals.store import ApprovalsStore
+from engine.commands import hostnet
 from engine.config.egress import MAX_CONNECTIONS, EgressPolicy, Pattern, approval_entry, decide, parse_pattern
 from engine.config.model import Config
 from engine.protocol.methods import EventName, Topic
@@ -82,6 +83,13 @@ class EgressHub:
         manager.egress = self.listen
         manager.egress_gone = self._gone
         self._loop = asyncio.get_running_loop()
+        hostnet.EGRESS = self.host_runs  # each agent's host runs' network namespace: its way out is here
+        for agent in hostnet.served(str(self.services.state_dir)):  # made under an earlier hub
+            name = hostnet.egress_name(agent)
+            try:
+                await self.proxy.listen(name, agent, forwarder.prepare_dir(name))
+            except OSError as exc:
+                log.warning("egress: host runs of %s not served: %s", agent, exc)
         try:
             entries = await asyncio.to_thread(manager.registry.read)
         except Exception as exc:  # a damaged registry: the next exec into each sandbox listens again
@@ -105,6 +113,8 @@ class EgressHub:
         if manager.egress == self.listen:
             manager.egress = None
             manager.egress_gone = None
+        if self.host_runs == hostnet.EGRESS:
+            hostnet.EGRESS = None
         await self.proxy.close()
         await self.writer.barrier()
 
@@ -131,6 +141,36 @@ class EgressHub:
         generation = None if shared else self.services.approvals.generations.current(agent_id)
         directory = forwarder.socket_dir(sandbox)
         await self.proxy.listen(sandbox, agent_id, directory, uid, shared, generation=generation)
+
+    HOST_WAIT = 10.0  # seconds a host run's namespace waits for its listener (the loop is busy, at most)
+
+    def host_runs(self, agent_id: str) -> hostnet.Egress | None:
+        """Serve `agent_id`'s gateway-host runs as a sandbox of its is served (engine.commands.hostnet):
+        the same proxy, its `[sandbox.egress]`, asks in the same inbox. From a worker thread (the
+        namespace is made there); None when the forwarder cannot be had (no way out, as with mode none)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        name = hostnet.egress_name(agent_id)
+        try:
+            directory = forwarder.prepare_dir(name)
+            binary = forwarder.ensure_binary()
+        except (OSError, forwarder.ForwarderUnavailable) as exc:
+            log.warning("egress: host runs of %s have no way out: %s", agent_id, exc)
+            return None
+        served = asyncio.run_coroutine_threadsafe(self.proxy.listen(name, agent_id, directory), loop)
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:  # never wait on our own loop
+            try:
+                served.result(self.HOST_WAIT)
+            except Exception as exc:
+                log.warning("egress: host runs of %s not served: %s", agent_id, exc)
+                return None
+        socket = str(directory / forwarder.SOCKET_NAME)
+        return hostnet.Egress(str(binary), forwarder.PORT, socket, dict(forwarder.PROXY_ENV))
 
     # -- decisions
 

@@ -100,12 +100,6 @@ async def test_class1_a_revoked_agents_sandbox_still_egresses_and_asks_as_it(sta
                 await operator.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the Docker engine the gateway uses over TCP (DOCKER_HOST=tcp://…, as docker.from_env "
-    "reads it) is every host run's: exec_host.engine_sockets hides only unix sockets, host runs share the "
-    "host's network namespace, and the engine's TLS client key (DOCKER_CERT_PATH, ~/.docker) is not hidden",
-)
 async def test_class1_the_gateways_docker_engine_over_tcp_is_a_host_runs(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -582,15 +576,8 @@ async def test_class1_one_gateways_allow_always_on_a_shared_node_is_another_gate
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every agent's host runs share the host's network namespace: agent ops's dev server on "
-    "127.0.0.1 (here serving its own private /tmp) answers agent main's host run, around the private "
-    "dirs that keep their files apart (and every loopback service of the operator's answers both)",
-)
 async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: Path) -> None:
     import os
-    import socket
 
     from tests.helpers.egress import free_port
 
@@ -614,11 +601,14 @@ async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: P
             )
             sid = served["details"].get("sessionId")
 
-            def listening() -> bool:
-                with socket.socket() as s:
-                    return s.connect_ex(("127.0.0.1", port)) == 0
+            async def ops_reaches_it() -> bool:
+                # ops's own later runs reach its server (it is up once one does): the agent's loopback
+                own = await operator.request(
+                    "exec", {**ops, "command": f"curl -sS --max-time 5 http://127.0.0.1:{port}/ops-note.txt"}
+                )
+                return "OPS-PRIVATE-r11a" in str(own["details"].get("aggregated") or own["text"])
 
-            await wait_until(listening, timeout=30)
+            await wait_until(ops_reaches_it, timeout=30)
             seen = await operator.request(
                 "exec",
                 {
