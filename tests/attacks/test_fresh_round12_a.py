@@ -1,0 +1,93 @@
+"""Fresh round 12 a, class 1 (ambient authority): what a key in a URL, a shared listener or a place hands
+an agent (or anyone who saw a link) beyond what it was meant to open."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.browser import browser_image, browser_state  # noqa: F401 (fixtures)
+from tests.helpers.gateway import connect, gateway
+
+
+def _upgrade_head(port: int, path: str) -> bytes:
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: binary\r\n\r\n"
+    ).encode()
+
+
+async def _vnc_through(port: int, ticket: str, how: str) -> bytes:
+    """What the door answers a ticket holder who asks for a noVNC asset `how`: as a WebSocket upgrade, or
+    plainly with an upgrade to websockify's own path pipelined behind it. Read until VNC's banner or the
+    door's close (the timeout only bounds a hang)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        if how == "upgrade":
+            writer.write(_upgrade_head(port, f"/{ticket}/novnc/core/rfb.js"))
+        else:
+            plain = f"GET /{ticket}/novnc/core/util/int.js HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+            writer.write(plain.encode() + _upgrade_head(port, "/websockify"))
+        seen = b""
+        while b"RFB 003" not in seen:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            if not chunk:
+                break
+            seen += chunk
+        return seen
+    finally:
+        writer.close()
+
+
+async def _post(port: int, path: str) -> tuple[bytes, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\r\n".encode())
+        answer = await asyncio.wait_for(reader.read(), 10)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        return head, body
+    finally:
+        writer.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a noVNC link's ticket opens the browser's VNC websocket itself, any number of times and "
+    "without being spent: the door relays a ticket's noVNC asset request to websockify with the client's "
+    "own head (an Upgrade, which websockify honours on any path) and every byte after it (a pipelined "
+    "`GET /websockify`); the operator's page then still trades the ticket, so nothing says another viewer "
+    "is watching and typing (runner/gateway/browser_proxy._ticketed → _upstream)",
+)
+@pytest.mark.parametrize("how", ["upgrade", "pipelined"])
+async def test_class1_a_novnc_ticket_opens_the_vnc_websocket_through_the_asset_route(
+    browser_state: Path,  # noqa: F811 (the fixture imported above)
+    how: str,
+) -> None:
+    """The design: a ticket (what the printed link and the operator's browser profile hold) opens only
+    the wrapper page, noVNC's public files and one trade; only the traded secret, held in the page's
+    memory, opens one websocket. Whoever saw the link (the terminal, the profile before the trade; the
+    door is on the loopback every host run shares) asks for an asset in a way websockify reads as more."""
+    async with gateway(browser_state):
+        op = await connect(browser_state)
+        try:
+            await op.request("browser.start", {"agentId": "ops"})
+            url = (await op.request("browser.url", {"agentId": "ops"}))["noVncUrl"]
+            port = int(url.split(":")[2].split("/")[0])
+            ticket = url.split("/")[3]
+            first = await _vnc_through(port, ticket, how)
+            second = await _vnc_through(port, ticket, how)  # nothing was spent
+            # The operator's page trades the same ticket afterwards and is told nothing.
+            trade_head, trade_body = await _post(port, f"/{ticket}/novnc/trade")
+        finally:
+            await op.close()
+    assert trade_head.startswith(b"HTTP/1.1 200"), trade_head  # control: the ticket was live and unspent
+    assert "websocket" in json.loads(trade_body)
+    assert b"RFB 003" not in first, first[-200:]
+    assert b"RFB 003" not in second, second[-200:]
