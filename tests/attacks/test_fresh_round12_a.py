@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.approvals.store import ApprovalsStore
 from tests.helpers.browser import browser_image, browser_state  # noqa: F401 (fixtures)
-from tests.helpers.gateway import connect, gateway
+from tests.helpers.gateway import connect, gateway, write_config
 
 
 def _upgrade_head(port: int, path: str) -> bytes:
@@ -91,3 +92,47 @@ async def test_class1_a_novnc_ticket_opens_the_vnc_websocket_through_the_asset_r
     assert "websocket" in json.loads(trade_body)
     assert b"RFB 003" not in first, first[-200:]
     assert b"RFB 003" not in second, second[-200:]
+
+
+# ops's own project dir on the host: `hostWritable` for ops only (the config's one way to name a per-agent
+# project directory); main may only `cat`.
+OPS_WRITES_ITS_DIR = """[tools.exec]
+host = "gateway"
+security = "allowlist"
+ask = "on-miss"
+
+[[agents.list]]
+id = "ops"
+[agents.list.tools.exec]
+security = "full"
+ask = "off"
+hostWritable = ["~/ops-work"]
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an agent's own `hostWritable` dir is read by every other agent's host runs: the home is "
+    "read-only in each view but never hidden, so agent main (allowlisted `cat` only) reads what agent "
+    "ops's runs wrote in ops's per-agent project dir; the private dirs keep /tmp apart by place, an "
+    "agent's writable dirs in the home are kept apart by nothing",
+)
+async def test_class1_another_agents_writable_dir_is_read_by_an_allowlisted_cat(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    work = home / "ops-work"
+    work.mkdir()
+    write_config(state_dir, OPS_WRITES_ITS_DIR)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/cat")
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            wrote = await op.request(
+                "exec",
+                {"command": "echo ops-private-7f3a > notes.txt", "agentId": "ops", "workdir": str(work)},
+            )
+            read = await op.request("exec", {"command": f"cat {work}/notes.txt", "agentId": "main"})
+        finally:
+            await op.close()
+    assert wrote["details"]["status"] == "completed", wrote  # control: ops wrote its own file
+    assert (work / "notes.txt").read_text() == "ops-private-7f3a\n"
+    assert "ops-private-7f3a" not in read["text"], read["details"]
