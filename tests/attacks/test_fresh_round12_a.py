@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,6 +99,8 @@ async def test_class1_a_novnc_ticket_opens_the_vnc_websocket_through_the_asset_r
     assert b"RFB 003" not in second, second[-200:]
 
 
+FULL_MAIN = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+
 # ops's own project dir on the host: `hostWritable` for ops only (the config's one way to name a per-agent
 # project directory); main may only `cat`.
 OPS_WRITES_ITS_DIR = """[tools.exec]
@@ -136,3 +143,62 @@ async def test_class1_another_agents_writable_dir_is_read_by_an_allowlisted_cat(
     assert wrote["details"]["status"] == "completed", wrote  # control: ops wrote its own file
     assert (work / "notes.txt").read_text() == "ops-private-7f3a\n"
     assert "ops-private-7f3a" not in read["text"], read["details"]
+
+
+@contextlib.contextmanager
+def _throwaway_account() -> Iterator[int]:
+    """A real Unix account with no home and no login shell (this test is root), removed afterwards."""
+    name = f"ehr12a{os.getpid() % 100000}"
+    subprocess.run(["userdel", name], check=False, capture_output=True)  # one a killed run left
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True
+    )
+    try:
+        yield pwd.getpwnam(name).pw_uid
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None, reason="needs root and useradd")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every agent's host run is a process of the host's /proc, whose cmdline any account can "
+    "read (no hidepid): agent ops on its own Unix account (the strong setup) reads the text of agent "
+    "main's running command, and whatever token it carries, from exechost-hostenter's argv (`enter … -- "
+    "/bin/sh -c <command>`), although the gateway shows ops none of main's sessions",
+)
+async def test_class1_an_agent_on_its_own_account_reads_another_agents_running_command(
+    state_dir: Path,
+) -> None:
+    with _throwaway_account() as uid:
+        write_config(state_dir, f'{FULL_MAIN}\n[[agents.list]]\nid = "ops"\nuid = {uid}\n')
+        async with gateway(state_dir):
+            op = await connect(state_dir)
+            try:
+                started = await op.request(
+                    "exec",
+                    {
+                        "command": "sleep 60; echo main-token-9c2e5b",
+                        "agentId": "main",
+                        "background": True,
+                    },
+                )
+                sid = started["details"]["sessionId"]
+                assert started["details"]["status"] == "running", started  # control: main's run is live
+                # ops's own account, in the host's namespaces as any login of it is
+                seen = await asyncio.to_thread(
+                    subprocess.run,
+                    ["/bin/sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"],
+                    user=uid,
+                    group=uid,
+                    extra_groups=[],
+                    capture_output=True,
+                    text=True,
+                    cwd="/",
+                    env={"PATH": "/usr/bin:/bin"},
+                )
+                await op.request("process", {"action": "kill", "sessionId": sid, "agentId": "main"})
+            finally:
+                await op.close()
+    shown = [w for w in seen.stdout.split(" -c ") if "main-token-9c2e5b" in w][:1]
+    assert not shown, f"ops's account read main's running command: {shown}"
