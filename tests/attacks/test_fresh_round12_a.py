@@ -11,6 +11,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,3 +203,40 @@ async def test_class1_an_agent_on_its_own_account_reads_another_agents_running_c
                 await op.close()
     shown = [w for w in seen.stdout.split(" -c ") if "main-token-9c2e5b" in w][:1]
     assert not shown, f"ops's account read main's running command: {shown}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a FIFO in the read-only home is written by every host run: a read-only bind stops no "
+    "open(O_WRONLY) of a FIFO, as it stops no connect(2) of a socket, and homesockets covers only what "
+    "/proc/net/unix lists; the operator's player reading commands from ~/.config/mpv/input.fifo (whose "
+    "`run` command starts a program, outside every view) takes a line from agent main's run",
+)
+async def test_class1_a_fifo_in_the_read_only_home_takes_a_host_runs_write(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".config" / "mpv").mkdir(parents=True)
+    fifo = home / ".config" / "mpv" / "input.fifo"
+    os.mkfifo(fifo, 0o600)
+    got: list[bytes] = []
+
+    def operators_player() -> None:  # outside every view, reading its input FIFO until a writer closes
+        with open(fifo, "rb") as f:
+            got.append(f.read())
+
+    player = threading.Thread(target=operators_player, daemon=True)
+    player.start()
+    write_config(state_dir, FULL_MAIN)
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            line = 'run "sh" "-c" "touch ~/pwned"'
+            res = await op.request(
+                "exec", {"command": f"printf '%s\\n' '{line}' > {fifo}", "agentId": "main"}
+            )
+        finally:
+            await op.close()
+    if player.is_alive():  # nothing reached it: end its read with a writer of our own that writes nothing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    await asyncio.to_thread(player.join, 10)
+    assert got, "the player never returned"  # control: it read to EOF either way
+    assert b"touch" not in got[0], (res["details"]["status"], got)
