@@ -20,6 +20,7 @@ import pytest
 from engine.approvals.store import ApprovalsStore
 from tests.helpers.browser import browser_image, browser_state  # noqa: F401 (fixtures)
 from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.webconsole import serve_web
 
 
 def _upgrade_head(port: int, path: str) -> bytes:
@@ -240,3 +241,37 @@ async def test_class1_a_fifo_in_the_read_only_home_takes_a_host_runs_write(state
     await asyncio.to_thread(player.join, 10)
     assert got, "the player never returned"  # control: it read to EOF either way
     assert b"touch" not in got[0], (res["details"]["status"], got)
+
+
+async def test_class1_a_web_console_ticket_opens_no_websocket_by_upgrade_or_pipelining(
+    state_dir: Path,
+) -> None:
+    """The same tricks against the web console, which held: aiohttp routes each request itself (no
+    client head is relayed), `/<ticket>/` answers only the page, and only a traded secret opens `/ws`."""
+    web = await serve_web(state_dir)
+    try:
+        ticket = web.url.rstrip("/").rsplit("/", 1)[1]
+        answers = []
+        for path in (f"/{ticket}/", f"/{ticket}/ws"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", web.port)
+            try:
+                writer.write(_upgrade_head(web.port, path))
+                answers.append(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10))
+            finally:
+                writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", web.port)
+        try:
+            plain = f"GET /{ticket}/ HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n\r\n".encode()
+            last = _upgrade_head(web.port, f"/{ticket}/ws").replace(b"Upgrade\r\n", b"Upgrade, close\r\n")
+            writer.write(plain + last)
+            seen = b""
+            while b"101 Switching" not in seen and (chunk := await asyncio.wait_for(reader.read(65536), 10)):
+                seen += chunk
+        finally:
+            writer.close()
+    finally:
+        await web.stop()
+    assert answers[0].startswith(b"HTTP/1.1 200"), answers[0]  # the page, no upgrade
+    assert answers[1].startswith(b"HTTP/1.1 403"), answers[1]  # a ticket is not the secret
+    assert seen.count(b"HTTP/1.1 ") == 2, seen[-300:]  # control: both were answered
+    assert b"101 Switching" not in seen, seen[-300:]
