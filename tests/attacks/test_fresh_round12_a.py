@@ -101,6 +101,7 @@ async def test_class1_a_novnc_ticket_opens_the_vnc_websocket_through_the_asset_r
     assert b"RFB 003" not in second, second[-200:]
 
 
+SANDBOX_BWRAP = '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
 FULL_MAIN = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 # ops's own project dir on the host: `hostWritable` for ops only (the config's one way to name a per-agent
@@ -167,20 +168,26 @@ def _throwaway_account() -> Iterator[int]:
     reason="open: every agent's host run is a process of the host's /proc, whose cmdline any account can "
     "read (no hidepid): agent ops on its own Unix account (the strong setup) reads the text of agent "
     "main's running command, and whatever token it carries, from exechost-hostenter's argv (`enter … -- "
-    "/bin/sh -c <command>`), although the gateway shows ops none of main's sessions",
+    "/bin/sh -c <command>`), and of a sandboxed one from the sandbox's shell (a bwrap sandbox's processes "
+    "are the host's too), although the gateway shows ops none of main's sessions",
 )
+@pytest.mark.parametrize("where", ["host", "bwrap-sandbox"])
 async def test_class1_an_agent_on_its_own_account_reads_another_agents_running_command(
-    state_dir: Path,
+    state_dir: Path, where: str
 ) -> None:
+    token = f"main-token-{os.urandom(6).hex()}"  # this test's own: no other run's process carries it
+    config = FULL_MAIN
+    if where != "host":
+        config = config.replace('"gateway"', '"sandbox"') + SANDBOX_BWRAP
     with _throwaway_account() as uid:
-        write_config(state_dir, f'{FULL_MAIN}\n[[agents.list]]\nid = "ops"\nuid = {uid}\n')
+        write_config(state_dir, f'{config}\n[[agents.list]]\nid = "ops"\nuid = {uid}\n')
         async with gateway(state_dir):
             op = await connect(state_dir)
             try:
                 started = await op.request(
                     "exec",
                     {
-                        "command": "sleep 60; echo main-token-9c2e5b",
+                        "command": f"sleep 60; echo {token}",
                         "agentId": "main",
                         "background": True,
                     },
@@ -202,7 +209,8 @@ async def test_class1_an_agent_on_its_own_account_reads_another_agents_running_c
                 await op.request("process", {"action": "kill", "sessionId": sid, "agentId": "main"})
             finally:
                 await op.close()
-    shown = [w for w in seen.stdout.split(" -c ") if "main-token-9c2e5b" in w][:1]
+    at = seen.stdout.find(token)
+    shown = seen.stdout[max(0, at - 60) : at + len(token)] if at >= 0 else ""
     assert not shown, f"ops's account read main's running command: {shown}"
 
 
