@@ -283,3 +283,33 @@ async def test_class1_a_web_console_ticket_opens_no_websocket_by_upgrade_or_pipe
     assert answers[1].startswith(b"HTTP/1.1 403"), answers[1]  # a ticket is not the secret
     assert seen.count(b"HTTP/1.1 ") == 2, seen[-300:]  # control: both were answered
     assert b"101 Switching" not in seen, seen[-300:]
+
+
+async def test_class1_a_novnc_ticket_reaches_no_cdp_by_pipelining(
+    browser_state: Path,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """What the ticket's relay reaches is the noVNC socket only (held): a CDP request pipelined behind a
+    ticket's asset request goes to websockify, which has no /json; Chromium is never asked."""
+    async with gateway(browser_state):
+        op = await connect(browser_state)
+        try:
+            await op.request("browser.start", {"agentId": "ops"})
+            url = (await op.request("browser.url", {"agentId": "ops"}))["noVncUrl"]
+            port = int(url.split(":")[2].split("/")[0])
+            ticket = url.split("/")[3]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                host = f"Host: 127.0.0.1:{port}\r\n"
+                writer.write(
+                    f"GET /{ticket}/novnc/core/util/int.js HTTP/1.1\r\n{host}\r\n"
+                    f"GET /json/version HTTP/1.1\r\n{host}Connection: close\r\n\r\n".encode()
+                )
+                seen = b""
+                while chunk := await asyncio.wait_for(reader.read(65536), 10):
+                    seen += chunk
+            finally:
+                writer.close()
+        finally:
+            await op.close()
+    assert seen.count(b"HTTP/1.") == 2, seen[-300:]  # control: both were answered, by websockify
+    assert b"Browser" not in seen and b"webSocketDebuggerUrl" not in seen, seen[-300:]
