@@ -12,6 +12,8 @@ import pwd
 import shutil
 import subprocess
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,6 +105,14 @@ async def test_class1_a_novnc_ticket_opens_the_vnc_websocket_through_the_asset_r
 
 SANDBOX_BWRAP = '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
 FULL_MAIN = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+
+# main's host runs (the browser test's config has sandbox mode "all"): allowlisted `cat` only
+MAIN_CAT = """
+[tools.exec]
+host = "gateway"
+security = "allowlist"
+ask = "on-miss"
+"""
 
 # ops's own project dir on the host: `hostWritable` for ops only (the config's one way to name a per-agent
 # project directory); main may only `cat`.
@@ -313,3 +323,50 @@ async def test_class1_a_novnc_ticket_reaches_no_cdp_by_pipelining(
             await op.close()
     assert seen.count(b"HTTP/1.") == 2, seen[-300:]  # control: both were answered, by websockify
     assert b"Browser" not in seen and b"webSocketDebuggerUrl" not in seen, seen[-300:]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the browser door's CDP URL carries the browser's long-lived token in its path, and the "
+    "operator's tools take it as an argument (`curl <cdpUrl>/json`, a Playwright script's "
+    "connect_over_cdp), so it lands in ~/.bash_history, in the home every host run reads: agent main's "
+    "allowlisted `cat` reads it and main's own HTTP client on the loopback drives agent ops's browser "
+    "through the door (noVNC links were made one-use tickets for this; the CDP URL is a bearer token "
+    "until the browser stops)",
+)
+async def test_class1_the_cdp_urls_token_in_the_operators_shell_history_drives_another_agents_browser(
+    browser_state: Path,  # noqa: F811 (the fixture imported above)
+) -> None:
+    home = Path(os.environ["HOME"])
+    write_config(browser_state, (browser_state / "config.toml").read_text() + MAIN_CAT)
+    ApprovalsStore(browser_state / "exec-approvals.json").add_allowlist("main", "/usr/bin/cat")
+    async with gateway(browser_state):
+        op = await connect(browser_state)
+        try:
+            await op.request("browser.start", {"agentId": "ops"})
+            await op.request(
+                "browser",
+                {"agentId": "ops", "action": "navigate", "url": "data:text/html,<title>ops-page</title>"},
+            )
+            cdp = (await op.request("browser.url", {"agentId": "ops"}))["cdpUrl"]
+            # The operator looked at ops's pages from a shell; bash kept the line at exit.
+            (home / ".bash_history").write_text(
+                f"exechost sandbox browser url --agent ops\ncurl -s {cdp}/json\n"
+            )
+            read = await op.request("exec", {"command": f"cat {home}/.bash_history", "agentId": "main"})
+            line = next(ln for ln in read["text"].splitlines() if ln.startswith("curl "))
+            stolen = line.split()[-1]  # http://127.0.0.1:<port>/<token>/json, as main's agent read it
+            # main's own HTTP client (any local port it can open): ops's browser's targets, over CDP's door
+            targets = await asyncio.to_thread(_get_or_status, stolen)
+        finally:
+            await op.close()
+    assert read["details"]["status"] == "completed", read["details"]  # control: an allowlisted run
+    assert "ops-page" not in targets, targets[:300]
+
+
+def _get_or_status(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return str(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
