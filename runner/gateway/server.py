@@ -35,7 +35,7 @@ from engine.protocol.requests import REQUESTS
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from engine.sandbox import bwraplimits
-from runner.gateway import handshake, limits
+from runner.gateway import handshake, limits, procvisible
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
@@ -203,6 +203,8 @@ class GatewayServer:
         os.chmod(path, 0o660)
         self._agents_ino = os.lstat(path).st_ino
         log.info("agents' socket on %s (group %s)", path, gw.agent_group)
+        if not procvisible.hides_processes():
+            log.warning(procvisible.WARNING)
 
     def request_stop(self) -> None:
         self._stopped.set()
