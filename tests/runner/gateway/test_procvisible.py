@@ -21,9 +21,7 @@ LINE = "22 27 0:21 / /proc rw,relatime - proc proc {}\n"
         ("rw,subset=pid", False),
     ],
 )
-def test_hidepid_is_read_from_the_proc_mounts_options(
-    tmp_path: Path, options: str, hides: bool
-) -> None:
+def test_hidepid_is_read_from_the_proc_mounts_options(tmp_path: Path, options: str, hides: bool) -> None:
     info = tmp_path / "mountinfo"
     info.write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n" + LINE.format(options))
     assert procvisible.hides_processes(str(info)) is hides
