@@ -703,12 +703,6 @@ _COOKIE_THIEF = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's browser profile is in the home every host run reads: an agent's run "
-    "decrypts the Cookies DB (Chromium's Linux key without a keyring is the constant `peanuts`) and holds "
-    "every web session the operator is logged in to; the home's readable credentials are not listed",
-)
 async def test_class1_the_operators_browser_cookies_are_a_host_runs(state_dir: Path) -> None:
     import os
     import threading

@@ -1,0 +1,256 @@
+"""What the operator keeps from other accounts in the home is kept from gateway-host runs too: the agent is
+another principal (issue 27 §1, fresh round 11 a: the browser profile's Cookies DB, decrypted with the
+constant Linux key, was every host run's; before it ~/.ssh's keys, ~/.netrc, a git credential cache).
+
+The rule is about a property, never a list of applications: a directory of the home another account may
+not both list and enter (no `r` or no `x` for "other": 0700 ~/.ssh, ~/.gnupg, ~/.config/chromium,
+~/.mozilla, ~/.cache/git/credential) is shown to host runs as an empty read-only directory, and a regular
+file another account may not read (0600 ~/.netrc, ~/.git-credentials, a token's ~/.npmrc, Cookies) as the
+empty file. What the view keeps readable on purpose is named by the caller (`keep_files`, `keep_dirs`:
+the operator's git config and its includes, the ssh config, its includes and known_hosts, the PATH and
+import dirs, the hostWritable dirs); a private directory on the way to one is shown, its other entries
+hidden whatever their own mode. A link in the home to a private file or directory outside it hides the
+target at its real path; a link to a public directory outside it is walked as the home is.
+
+Found without a full walk per run: the home is walked once, pruned at each hidden directory (nothing
+below one is read), and each directory's listing (names and modes) is kept keyed by its (device, inode,
+mtime, ctime); a later view stats each walked directory and reads again only those that changed. A
+directory's own mode is read from that stat, so a directory made private later is hidden at the next
+view. A file's mode is its listing's: `chmod 600` of a file in a directory not changed since is seen when
+the cache is read afresh (REREAD_AFTER), or when its directory next changes (a credential saved by
+create or rename changes it). Past WALK_BUDGET entries the walk stops and every directory not read is
+hidden whole (not shown); the directories outside the home that the home's links lead to have a
+budget each of their own (LINKED_BUDGET: a root gateway's link to /usr/share must not use up the
+home's), past which they are left as the host has them; past MAX_FILE_BINDS hidden files (one fd and one
+mount each) their directories are hidden whole instead.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+
+WALK_BUDGET = 200_000  # entries listed per view (read or cached) before the rest is hidden whole
+MAX_FILE_BINDS = 512  # hidden files bound over one by one; past it their directories are hidden whole
+LINKED_BUDGET = 20_000  # entries listed below each directory outside the home a link of the home names
+REREAD_AFTER = 600.0  # seconds a listing is trusted by its directory's stat alone
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One directory's entries as read: (name, lstat mode, real path of a link's target or "")."""
+
+    key: tuple[int, int, int, int]
+    entries: tuple[tuple[str, int, str], ...]
+
+
+@dataclass
+class Found:
+    """What a view hides: directories covered with an empty read-only tmpfs, files with the empty file."""
+
+    dirs: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    past_budget: bool = False
+
+
+_cache: dict[str, Listing] = {}
+_lock = threading.Lock()
+_read_at = [0.0]
+reads = [0]  # directories listed (not answered from the cache): the cache's test counts them
+
+
+def private_mode(mode: int) -> bool:
+    """Whether another account is kept from it: a directory it may not both list and enter, a regular
+    file it may not read. Anything else (a link, a socket, a device) is not judged by its own mode."""
+    if stat.S_ISDIR(mode):
+        return mode & (stat.S_IROTH | stat.S_IXOTH) != (stat.S_IROTH | stat.S_IXOTH)
+    if stat.S_ISREG(mode):
+        return not mode & stat.S_IROTH
+    return False
+
+
+def known(home: str) -> bool:
+    """Whether the home was walked already (a view then re-reads only what changed: no long walk)."""
+    return home in _cache
+
+
+def clear() -> None:
+    with _lock:
+        _cache.clear()
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _listing(d: str, st: os.stat_result) -> Listing | None:
+    """d's entries, from the cache when its stat is the one they were read under."""
+    key = _key(st)
+    cached = _cache.get(d)
+    if cached is not None and cached.key == key:
+        return cached
+    try:
+        with os.scandir(d) as it:
+            raw = [(e.name, e.stat(follow_symlinks=False).st_mode) for e in it]
+    except OSError:
+        return None  # unreadable by this account: by its runs too
+    entries = []
+    for name, mode in raw:
+        target = ""
+        if stat.S_ISLNK(mode):
+            try:
+                target = os.path.realpath(os.path.join(d, name), strict=False)
+            except (OSError, ValueError):
+                target = ""
+        entries.append((name, mode, target))
+    listing = Listing(key, tuple(sorted(entries)))
+    reads[0] += 1
+    _cache[d] = listing
+    return listing
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def find(
+    home: str,
+    keep_files: list[str],
+    keep_dirs: list[str],
+    never: tuple[str, ...] = (),
+    budget: int = WALK_BUDGET,
+) -> Found:
+    """What to hide of `home` (a real path) and of what its links lead to. `keep_files`/`keep_dirs` (real
+    paths) stay as they are (a kept dir is not walked, nor hidden, nor any directory above one);
+    `never` (real paths: the home, the state dir) is kept as a kept dir is."""
+    with _lock:
+        if time.monotonic() - _read_at[0] > REREAD_AFTER:
+            _cache.clear()
+            _read_at[0] = time.monotonic()
+        return _find(home, set(keep_files), set(keep_dirs) | set(never), budget)
+
+
+def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
+    found = Found()
+    way: set[str] = set()  # every directory above a kept path, up to its walk root
+    for kept in files | dirs:
+        here = os.path.dirname(kept)
+        while here not in way and len(here) > 1:
+            way.add(here)
+            here = os.path.dirname(here)
+    left = budget
+    linked_left: dict[str, int] = {}  # each linked root's own budget
+    seen: set[tuple[int, int]] = set()
+    stack: list[tuple[str, bool, str]] = [(home, False, "")]  # (dir, below a private one, linked root)
+    roots = {home}
+    while stack:
+        d, below, linked = stack.pop()
+        try:
+            st = os.lstat(d)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        on_way = d in way
+        private = d not in roots and (below or private_mode(st.st_mode))
+        if private and not on_way:
+            found.dirs.append(d)
+            continue
+        if linked and linked_left.setdefault(linked, LINKED_BUDGET) <= 0:
+            continue  # outside the home, past its bound: left as the host has it (not the home's rule)
+        if left <= 0 and not on_way and not linked:
+            found.dirs.append(d)  # past the bound: hidden whole, never shown unread
+            found.past_budget = True
+            continue
+        listing = _listing(d, st)
+        if listing is None:
+            continue
+        if linked:
+            linked_left[linked] -= len(listing.entries)
+        else:
+            left -= len(listing.entries)
+        for name, mode, target in listing.entries:
+            path = os.path.join(d, name)
+            if path in dirs or path in files:
+                continue  # shown as it is
+            if stat.S_ISDIR(mode):
+                stack.append((path, private, linked))
+            elif stat.S_ISREG(mode):
+                if private or private_mode(mode):
+                    found.files.append(path)
+            elif stat.S_ISLNK(mode) and target and not _inside(target, home):
+                _outside_target(target, found, stack, roots, files, dirs)
+    _bound_files(found, way)
+    return found
+
+
+def _outside_target(
+    target: str,
+    found: Found,
+    stack: list[tuple[str, bool, str]],
+    roots: set[str],
+    files: set[str],
+    dirs: set[str],
+) -> None:
+    """A link from the home to `target` (real, outside it): a private file or directory there is hidden
+    at its real path; a public directory is walked as a root of its own. Not one that is, holds or is
+    inside a kept path (`/`, the state dir, a PATH dir: what every view shows)."""
+    if target in files or any(_inside(k, target) or _inside(target, k) for k in dirs):
+        return
+    try:
+        st = os.stat(target)
+    except OSError:
+        return
+    if st.st_uid != os.geteuid():
+        return  # outside the home only this account's own is judged (not /usr/share behind a link)
+    if stat.S_ISDIR(st.st_mode):
+        if private_mode(st.st_mode):
+            found.dirs.append(target)
+        elif target not in roots:
+            roots.add(target)
+            stack.append((target, False, target))
+    elif stat.S_ISREG(st.st_mode) and private_mode(st.st_mode):
+        found.files.append(target)
+
+
+def _bound_files(found: Found, way: set[str]) -> None:
+    """Past MAX_FILE_BINDS hidden files, the directories holding the most are hidden whole instead (not
+    one on the way to a kept path), until the rest fit."""
+    found.dirs = list(dict.fromkeys(found.dirs))
+    found.files = list(dict.fromkeys(found.files))
+    if len(found.files) <= MAX_FILE_BINDS:
+        return
+    by_dir: dict[str, int] = {}
+    for f in found.files:
+        by_dir[os.path.dirname(f)] = by_dir.get(os.path.dirname(f), 0) + 1
+    count = len(found.files)
+    hide: set[str] = set()
+    for d, n in sorted(by_dir.items(), key=lambda item: -item[1]):
+        if count <= MAX_FILE_BINDS:
+            break
+        if d not in way:
+            hide.add(d)
+            count -= n
+    found.dirs += sorted(hide)
+    found.files = [f for f in found.files if os.path.dirname(f) not in hide]
+    found.past_budget = True
+
+
+def view_ops(empty: str, found: Found) -> list[str]:
+    """The bwrap operations: each hidden directory an empty read-only tmpfs (no fd, no source), outermost
+    first, none below another; each hidden file bound over with the empty file `empty`."""
+    ops: list[str] = []
+    covered: list[str] = []
+    for d in sorted(found.dirs, key=lambda p: (p.count(os.sep), p)):
+        if any(_inside(d, c) for c in covered):
+            continue
+        covered.append(d)
+        ops += ["--tmpfs", d, "--remount-ro", d]
+    for f in found.files:
+        if not any(_inside(f, c) for c in covered):
+            ops += ["--ro-bind", empty, f]
+    return ops
