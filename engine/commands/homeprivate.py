@@ -34,17 +34,23 @@ import time
 from dataclasses import dataclass, field
 
 WALK_BUDGET = 200_000  # entries listed per view (read or cached) before the rest is hidden whole
-MAX_FILE_BINDS = 512  # hidden files bound over one by one; past it their directories are hidden whole
+# hidden files bound over one by one (bwrap reads the mount table per bind: n² in all); past it their
+# directories are hidden whole
+MAX_FILE_BINDS = 128
 LINKED_BUDGET = 20_000  # entries listed below each directory outside the home a link of the home names
 REREAD_AFTER = 600.0  # seconds a listing is trusted by its directory's stat alone
 
 
 @dataclass(frozen=True)
 class Listing:
-    """One directory's entries as read: (name, lstat mode, real path of a link's target or "")."""
+    """One directory's entries as read: (name, lstat mode, real path of a link's target or ""), and what
+    a view needs of them when no kept path is below (most directories): read per view as it is."""
 
     key: tuple[int, int, int, int]
     entries: tuple[tuple[str, int, str], ...]
+    subdirs: tuple[str, ...]
+    private_files: tuple[str, ...]
+    targets: tuple[str, ...]  # every link's
 
 
 @dataclass
@@ -106,7 +112,14 @@ def _listing(d: str, st: os.stat_result) -> Listing | None:
             except (OSError, ValueError):
                 target = ""
         entries.append((name, mode, target))
-    listing = Listing(key, tuple(sorted(entries)))
+    entries.sort()
+    listing = Listing(
+        key,
+        tuple(entries),
+        tuple(os.path.join(d, n) for n, m, _t in entries if stat.S_ISDIR(m)),
+        tuple(os.path.join(d, n) for n, m, _t in entries if stat.S_ISREG(m) and private_mode(m)),
+        tuple(t for _n, _m, t in entries if t),
+    )
     reads[0] += 1
     _cache[d] = listing
     return listing
@@ -173,6 +186,13 @@ def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
             linked_left[linked] -= len(listing.entries)
         else:
             left -= len(listing.entries)
+        if not on_way:  # no kept path below: the listing's own answer (and d is not private here)
+            stack.extend((p, False, linked) for p in listing.subdirs)
+            found.files.extend(listing.private_files)
+            for target in listing.targets:
+                if not _inside(target, home):
+                    _outside_target(target, found, stack, roots, files, dirs)
+            continue
         for name, mode, target in listing.entries:
             path = os.path.join(d, name)
             if path in dirs or path in files:
@@ -244,13 +264,21 @@ def view_ops(empty: str, found: Found) -> list[str]:
     """The bwrap operations: each hidden directory an empty read-only tmpfs (no fd, no source), outermost
     first, none below another; each hidden file bound over with the empty file `empty`."""
     ops: list[str] = []
-    covered: list[str] = []
+    covered: set[str] = set()
     for d in sorted(found.dirs, key=lambda p: (p.count(os.sep), p)):
-        if any(_inside(d, c) for c in covered):
-            continue
-        covered.append(d)
-        ops += ["--tmpfs", d, "--remount-ro", d]
+        if not _below(d, covered):
+            covered.add(d)
+            ops += ["--tmpfs", d, "--remount-ro", d]
     for f in found.files:
-        if not any(_inside(f, c) for c in covered):
+        if not _below(f, covered):
             ops += ["--ro-bind", empty, f]
     return ops
+
+
+def _below(path: str, covered: set[str]) -> bool:
+    """Whether `path` is one of `covered` or below one (one set lookup per level)."""
+    while len(path) > 1:
+        if path in covered:
+            return True
+        path = os.path.dirname(path)
+    return False
