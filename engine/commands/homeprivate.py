@@ -21,8 +21,8 @@ the cache is read afresh (REREAD_AFTER), or when its directory next changes (a c
 create or rename changes it). Past WALK_BUDGET entries the walk stops and every directory not read is
 hidden whole (not shown); the directories outside the home that the home's links lead to have a
 budget each of their own (LINKED_BUDGET: a root gateway's link to /usr/share must not use up the
-home's), past which they are left as the host has them; past MAX_FILE_BINDS hidden files (one fd and one
-mount each) their directories are hidden whole instead.
+home's), past which they are left as the host has them; past MAX_MOUNTS hidden paths (one mount each,
+and a file one fd) the directories holding them are hidden whole instead.
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ import time
 from dataclasses import dataclass, field
 
 WALK_BUDGET = 200_000  # entries listed per view (read or cached) before the rest is hidden whole
-# hidden files bound over one by one (bwrap reads the mount table per bind: n² in all); past it their
-# directories are hidden whole
-MAX_FILE_BINDS = 128
+# hidden paths, one mount each (bwrap reads the mount table per mount: n² in all; a file's bind takes an
+# fd too); past it the directories holding them are hidden whole
+MAX_MOUNTS = 256
 LINKED_BUDGET = 20_000  # entries listed below each directory outside the home a link of the home names
 REREAD_AFTER = 600.0  # seconds a listing is trusted by its directory's stat alone
+# directories a view may stat on an event loop (~5 us each); a home walked with more is checked in a thread
+LOOP_DIRS = 2_000
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,13 @@ class Found:
     dirs: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     past_budget: bool = False
+    walked: int = 0  # directories stat'ed
 
 
 _cache: dict[str, Listing] = {}
 _lock = threading.Lock()
 _read_at = [0.0]
+_walked: dict[str, int] = {}  # directories stat'ed by the last view of each home
 reads = [0]  # directories listed (not answered from the cache): the cache's test counts them
 
 
@@ -79,8 +83,9 @@ def private_mode(mode: int) -> bool:
 
 
 def known(home: str) -> bool:
-    """Whether the home was walked already (a view then re-reads only what changed: no long walk)."""
-    return home in _cache
+    """Whether a view of the home can be found without blocking an event loop: walked already (a view
+    then re-reads only what changed) and small enough that its directories' stats take a few ms."""
+    return home in _cache and _walked.get(home, LOOP_DIRS + 1) <= LOOP_DIRS
 
 
 def clear() -> None:
@@ -143,7 +148,9 @@ def find(
         if time.monotonic() - _read_at[0] > REREAD_AFTER:
             _cache.clear()
             _read_at[0] = time.monotonic()
-        return _find(home, set(keep_files), set(keep_dirs) | set(never), budget)
+        found = _find(home, set(keep_files), set(keep_dirs) | set(never), budget)
+        _walked[home] = found.walked
+        return found
 
 
 def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
@@ -168,6 +175,7 @@ def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
         if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) in seen:
             continue
         seen.add((st.st_dev, st.st_ino))
+        found.walked += 1
         on_way = d in way
         private = d not in roots and (below or private_mode(st.st_mode))
         if private and not on_way:
@@ -204,7 +212,7 @@ def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
                     found.files.append(path)
             elif stat.S_ISLNK(mode) and target and not _inside(target, home):
                 _outside_target(target, found, stack, roots, files, dirs)
-    _bound_files(found, way)
+    _bound_mounts(found, way, home)
     return found
 
 
@@ -237,27 +245,39 @@ def _outside_target(
         found.files.append(target)
 
 
-def _bound_files(found: Found, way: set[str]) -> None:
-    """Past MAX_FILE_BINDS hidden files, the directories holding the most are hidden whole instead (not
-    one on the way to a kept path), until the rest fit."""
+def _bound_mounts(found: Found, way: set[str], home: str) -> None:
+    """Past MAX_MOUNTS hidden paths (each one mount; a file one fd too), the directories holding the most
+    are hidden whole instead (never the home, nor one on the way to a kept path), climbing a level at a
+    time when none holds two: fewer, larger covers, and never a path shown."""
     found.dirs = list(dict.fromkeys(found.dirs))
     found.files = list(dict.fromkeys(found.files))
-    if len(found.files) <= MAX_FILE_BINDS:
-        return
-    by_dir: dict[str, int] = {}
-    for f in found.files:
-        by_dir[os.path.dirname(f)] = by_dir.get(os.path.dirname(f), 0) + 1
-    count = len(found.files)
-    hide: set[str] = set()
-    for d, n in sorted(by_dir.items(), key=lambda item: -item[1]):
-        if count <= MAX_FILE_BINDS:
+    items = set(found.dirs) | set(found.files)
+    files = set(found.files)
+    while len(items) > MAX_MOUNTS:
+        by_parent: dict[str, list[str]] = {}
+        for p in items:
+            parent = os.path.dirname(p)
+            if parent not in way and parent != home and len(parent) > 1:
+                by_parent.setdefault(parent, []).append(p)
+        if not by_parent:
             break
-        if d not in way:
-            hide.add(d)
-            count -= n
-    found.dirs += sorted(hide)
-    found.files = [f for f in found.files if os.path.dirname(f) not in hide]
-    found.past_budget = True
+        merging = sorted(by_parent.items(), key=lambda item: -len(item[1]))
+        if len(merging[0][1]) < 2:  # none holds two: every one a level up
+            chosen = merging
+        else:
+            chosen, over = [], len(items) - MAX_MOUNTS
+            for parent, children in merging:
+                if over <= 0 or len(children) < 2:
+                    break
+                chosen.append((parent, children))
+                over -= len(children) - 1
+        for parent, children in chosen:
+            items.difference_update(children)
+            files.difference_update(children)
+            items.add(parent)
+        found.past_budget = True
+    found.files = sorted(items & files)
+    found.dirs = sorted(items - files)
 
 
 def view_ops(empty: str, found: Found) -> list[str]:

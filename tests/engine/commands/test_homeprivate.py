@@ -88,19 +88,21 @@ def test_past_the_walk_budget_what_is_not_read_is_hidden(home: Path) -> None:
     assert str(home / "pub" / "deep") in found.dirs or str(home / "pub") in found.dirs
 
 
-def test_past_the_file_binds_their_directories_are_hidden(
-    home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(homeprivate, "MAX_FILE_BINDS", 2)
+def test_past_the_mounts_their_directories_are_hidden(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(homeprivate, "MAX_MOUNTS", 3)
     many = home / "many"
     many.mkdir()
     for n in range(5):
         (many / f"t{n}").write_text("x")
         (many / f"t{n}").chmod(0o600)
     found = _find(home)
-    assert str(many) in found.dirs
+    assert str(many) in found.dirs  # five files, one cover
     assert not any(f.startswith(str(many) + os.sep) for f in found.files)
-    assert found.past_budget
+    assert len(found.dirs) + len(found.files) <= 3 and found.past_budget
+    monkeypatch.setattr(homeprivate, "MAX_MOUNTS", 2)
+    found = _find(home)  # one more: ~/pub/deep's file climbs to ~/pub (the home is never hidden)
+    assert str(home / "pub") in found.dirs
+    assert sorted(found.dirs) == [str(home / ".gnupg"), str(many), str(home / "pub")]
 
 
 def test_a_link_to_a_public_dir_outside_is_walked_on_a_budget_of_its_own(home: Path, tmp_path: Path) -> None:
@@ -120,3 +122,11 @@ def test_view_ops_cover_outermost_first_and_nothing_below_a_cover() -> None:
     assert homeprivate.view_ops("/e", found) == [
         "--tmpfs", "/h/a", "--remount-ro", "/h/a", "--ro-bind", "/e", "/h/g",
     ]  # fmt: skip
+
+
+def test_a_large_home_is_not_answered_on_an_event_loop(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not homeprivate.known(str(home))  # never walked: the first walk is a thread's
+    _find(home)
+    assert homeprivate.known(str(home))
+    monkeypatch.setattr(homeprivate, "LOOP_DIRS", 2)
+    assert not homeprivate.known(str(home))  # 4 directories stat'ed per view: a thread's too
