@@ -69,6 +69,7 @@ _cache: dict[str, Listing] = {}
 _lock = threading.Lock()
 _read_at = [0.0]
 _walked: dict[str, int] = {}  # directories stat'ed by the last view of each home
+_here = threading.local()  # this thread's last answer: what the view it is building hides (hides())
 reads = [0]  # directories listed (not answered from the cache): the cache's test counts them
 
 
@@ -150,7 +151,17 @@ def find(
             _read_at[0] = time.monotonic()
         found = _find(home, set(keep_files), set(keep_dirs) | set(never), budget)
         _walked[home] = found.walked
+        _here.found = found
         return found
+
+
+def hides(path: str) -> bool:
+    """Whether the view this thread built last (its find()) hides `path` (absolute, as the view names it):
+    a copy a run's view binds over it later (a vetted file pinned at its path) would show it again."""
+    found: Found | None = getattr(_here, "found", None)
+    if found is None:
+        return False
+    return path in set(found.files) or _below(os.path.dirname(path), set(found.dirs))
 
 
 def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:

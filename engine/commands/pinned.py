@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import hostkeeper, hostprivate, hostview, submake
+from engine.commands import homeprivate, hostkeeper, hostprivate, hostview, submake
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -430,11 +430,30 @@ class _Builder:
             view, view_fds = hostview.view_by_fd(str(state_dir()), outside=outside)  # (fds: pinned_view's)
             ops = [*view, *hostview.pid_ops()]
             self.fds += view_fds
+        if host:
+            # a vetted file the view hides as the operator's private (engine.commands.homeprivate) is not
+            # copied back over its cover: the run finds it as the view shows it, empty or absent
+            self.args = _unhidden(self.args)
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
         if host:
             prefix = tuple(hostview.joined(prefix, outside))
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
+
+
+def _unhidden(args: list[str]) -> list[str]:
+    """`args` without the copies (`--perms m --ro-bind-data fd dest`, _Builder.data) at a path the host
+    view just built hides."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        copy = args[i] == "--perms" and i + 4 < len(args) and args[i + 2] == "--ro-bind-data"
+        if copy and homeprivate.hides(args[i + 4]):
+            i += 5
+            continue
+        out.append(args[i])
+        i += 1
+    return out
 
 
 def _git_view(b: _Builder, record: Record) -> None:

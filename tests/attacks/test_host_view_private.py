@@ -135,3 +135,25 @@ def test_a_private_dir_holding_the_path_and_a_host_writable_dir_is_shown_for_the
     out = done.stdout + done.stderr
     assert "TOOL-RAN" in out and "write-ok" in out, out
     assert "KEYRING-SECRET" not in out and "DIARY-SECRET" not in out
+
+
+@needs_bwrap
+def test_a_vetted_copy_of_a_private_file_is_not_bound_back_over_its_cover(state_dir: Path) -> None:
+    """A file the decision read (a Makefile, a script that re-reads itself) is pinned at its path in the
+    run's view: one the view hides stays hidden, and one beside it that is not still gets its copy."""
+    home = Path.home()
+    _secret(home / "w" / "secret.mk", "all:\n\techo PINNED-SECRET\n")
+    _secret(home / "w" / "public.mk", "all:\n\techo changed-on-disk\n", 0o644)
+    files = [
+        (str(home / "w" / "secret.mk"), b"PINNED-SECRET\n"),
+        (str(home / "w" / "public.mk"), b"VETTED\n"),
+    ]
+    view = pinned_view(None, files, host=True)
+    try:
+        argv = view.wrap(["/bin/sh", "-c", f"cat {home}/w/secret.mk {home}/w/public.mk"])
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
+    finally:
+        view.close()
+    out = done.stdout + done.stderr
+    assert "PINNED-SECRET" not in out, out
+    assert "VETTED" in out, out
