@@ -9,8 +9,8 @@ file another account may not read (0600 ~/.netrc, ~/.git-credentials, a token's 
 empty file. What the view keeps readable on purpose is named by the caller (`keep_files`, `keep_dirs`:
 the operator's git config and its includes, the ssh config, its includes and known_hosts, the PATH and
 import dirs, the hostWritable dirs); a private directory on the way to one is shown, its other entries
-hidden whatever their own mode. A link in the home to a private file or directory outside it hides the
-target at its real path; a link to a public directory outside it is walked as the home is.
+hidden whatever their own mode. A link in the home to a private file or directory of this account outside
+it hides the target at its real path; a link to a public one of this account is walked as the home is.
 
 Found without a full walk per run: the home is walked once, pruned at each hidden directory (nothing
 below one is read), and each directory's listing (names and modes) is kept keyed by its (device, inode,
