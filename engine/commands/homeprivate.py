@@ -291,6 +291,21 @@ def _bound_mounts(found: Found, way: set[str], home: str) -> None:
     found.dirs = sorted(items - files)
 
 
+def unhidden(args: list[str]) -> list[str]:
+    """`args` (a pinned view's) without the copies (`--perms m --ro-bind-data fd dest`) at a path the host
+    view this thread just built hides: a vetted file copied back over its cover would show it again."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        copy = args[i] == "--perms" and i + 4 < len(args) and args[i + 2] == "--ro-bind-data"
+        if copy and hides(args[i + 4]):
+            i += 5
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
 def view_ops(empty: str, found: Found) -> list[str]:
     """The bwrap operations: each hidden directory an empty read-only tmpfs (no fd, no source), outermost
     first, none below another; each hidden file bound over with the empty file `empty`."""

@@ -12,6 +12,7 @@ import pytest
 
 from engine.commands import hostview
 from engine.commands.pinned import pinned_view
+from engine.commands.verified import Mirror
 from tests.helpers.bwrap import needs_bwrap
 
 
@@ -157,3 +158,17 @@ def test_a_vetted_copy_of_a_private_file_is_not_bound_back_over_its_cover(state_
     out = done.stdout + done.stderr
     assert "PINNED-SECRET" not in out, out
     assert "VETTED" in out, out
+
+
+@needs_bwrap
+def test_a_private_script_handed_to_its_reader_is_refused_not_copied(state_dir: Path) -> None:
+    """A script its reader is handed by path is a sealed copy at another path (a mirror): for a file the
+    view hides, that copy would be the file itself, so the run is refused."""
+    home = Path.home()
+    _secret(home / "w" / "secret.py", "print('MIRRORED-SECRET')\n")
+    mirror = Mirror(str(state_dir.parent / "m"), str(home / "w"), "secret.py", b"print('MIRRORED-SECRET')\n")
+    with pytest.raises(hostview.HostViewError, match="private to the operator"):
+        pinned_view(None, host=True, mirrors=[mirror]).close()
+    _secret(home / "w" / "public.py", "print('ok')\n", 0o644)
+    public = Mirror(str(state_dir.parent / "m"), str(home / "w"), "public.py", b"print('ok')\n")
+    pinned_view(None, host=True, mirrors=[public]).close()
