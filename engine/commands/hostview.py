@@ -43,6 +43,7 @@ from engine.commands import (
     bindsource,
     configprograms,
     dirshadow,
+    homeprivate,
     homesockets,
     hostkeeper,
     hostnet,
@@ -172,12 +173,21 @@ def ssh_dirs(home: str) -> list[str]:
     return _ssh_walk(home)[1]
 
 
-def _ssh_walk(home: str) -> tuple[list[str], list[str]]:
+def ssh_configs(home: str) -> list[str]:
+    """~/.ssh/config and every file it includes (to depth 16), present or not, and ~/.ssh/known_hosts
+    (and known_hosts2): what ssh in a host run reads that is not a credential, kept readable when
+    private (engine.commands.homeprivate): host aliases resolve and hosts are verified, no key is read."""
+    ssh = os.path.join(home, ".ssh")
+    known = [os.path.join(ssh, n) for n in ("known_hosts", "known_hosts2")]
+    return list(dict.fromkeys([*_ssh_walk(home)[2], *known]))
+
+
+def _ssh_walk(home: str) -> tuple[list[str], list[str], list[str]]:
     ssh = os.path.join(home, ".ssh")
     try:
         files = [os.path.join(ssh, n) for n in sorted(os.listdir(ssh))]
     except OSError:
-        return [], []
+        return [], [], []
     dirs: list[str] = []
     todo = [(os.path.join(ssh, "config"), 0)]
     seen: set[str] = set()
@@ -204,7 +214,7 @@ def _ssh_walk(home: str) -> tuple[list[str], list[str]]:
                 else:
                     files.append(inc)
                     todo.append((inc, depth + 1))
-    return list(dict.fromkeys(files)), list(dict.fromkeys(dirs))
+    return list(dict.fromkeys(files)), list(dict.fromkeys(dirs)), list(seen)
 
 
 def _creatable(path: str) -> bool:
@@ -812,8 +822,13 @@ def view_args(
         if os.path.dirname(s) not in shadowed
     ]
     socket_ops = homesockets.view_ops(os.path.realpath(_empty_file(state)), sockets)
+    # what the operator keeps from other accounts, kept from the run (engine.commands.homeprivate): after
+    # the shadows and the sockets' covers (a cover over a directory hides what was bound in it), before
+    # the agent's private dirs (outside the home)
+    found = home_private(state, environ, outside, roots, includes)
+    hide = homeprivate.view_ops(os.path.realpath(_empty_file(state)), found)
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
-    args += [*shadow, *hidden_ops, *socket_ops, *private_last]
+    args += [*shadow, *hidden_ops, *socket_ops, *hide, *private_last]
     # what the decision trusts is the host's, never the agent's private copy (fresh round 10 c)
     path_dirs = [d for d in (environ or os.environ).get("PATH", "").split(":") if d.startswith(os.sep)]
     args += hostprivate.protect(
@@ -829,6 +844,37 @@ def view_args(
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
     return ["--dev-bind", "/", "/", *fix, *args]
+
+
+def home_private(
+    state: str,
+    environ: dict[str, str] | None,
+    outside: Outside,
+    roots: list[str],
+    includes: list[str],
+) -> homeprivate.Found:
+    """What the view hides of the home as private to the operator (engine.commands.homeprivate), with
+    what it keeps readable on purpose: git's configs and their includes (the operator's own git in a
+    host run reads its identity, url rewrites and hooks path as the gateway's vetting does), ssh's config,
+    its includes and known_hosts (no key), the PATH and import dirs (their programs run), the ssh
+    Include glob dirs, the hostWritable dirs (the operator's grant) and the pathPrepend dirs; the state
+    dir and the covered sandbox roots are covered already."""
+    home = home_dir(environ)
+    if home == os.sep or not os.path.isdir(home):
+        return homeprivate.Found()
+    env = os.environ if environ is None else environ
+    files = [*git_configs(environ), *includes, *ssh_configs(home)]
+    path_dirs = [p for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
+    dirs = [*import_paths(), *path_dirs, *ssh_dirs(home), *roots, *outside.readonly]
+    if _scratch_cargo(environ):
+        dirs.append(_cargo_home(environ))  # the view's scratch ~/.cargo, made over it
+    never = [home, state, *outside.covered]
+    return homeprivate.find(
+        home,
+        [os.path.realpath(p) for p in files],
+        [os.path.realpath(p) for p in dirs],
+        tuple(os.path.realpath(p) for p in never),
+    )
 
 
 def _shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> list[str]:
@@ -950,7 +996,7 @@ def kept_prefix(
     namespace made or re-made here when `make` (blocking a few ms); None when there is no helper, or no
     keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
-    known = includes_known() and programs_known()
+    known = includes_known() and programs_known() and homeprivate.known(home_dir())
     if helper is None or (not make and not known) or outside.chdir is not None:
         # git would have to be asked: the caller's thread does it (make=True); a workdir in a private
         # dir is reached by bwrap's --chdir, in a view of the run's own

@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import hostkeeper, hostprivate, hostview, submake
+from engine.commands import homeprivate, hostkeeper, hostprivate, hostview, submake
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -340,6 +340,7 @@ class _Builder:
     # dir (engine.commands.hostprivate) is at the private dir's own name there, never the state dir's
     place: Callable[[str], str] = str
     mirror_links: int = MIRROR_BUDGET  # left for this view's mirrors
+    sources: list[str] = field(default_factory=list)  # the mirrored scripts' own paths
 
     def data(self, data: bytes, dest: str) -> None:
         """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup)."""
@@ -372,6 +373,7 @@ class _Builder:
     def mirror(self, mirror: Mirror) -> None:
         """The copy at `mirror.path` in a read-only tmpfs of its own that mirrors every directory from /
         down to the script's: each level's other entries (at most MIRROR_MAX, read now) are links."""
+        self.sources.append(os.path.join(mirror.real_dir, mirror.name))
         args = ["--tmpfs", mirror.base]
         parts = [p for p in mirror.real_dir.split("/") if p]
         levels: dict[int, list[str]] = {}
@@ -434,6 +436,15 @@ class _Builder:
             ops = [*view, *hostview.pid_ops(), *hostview.net_ops(outside, net)]
             self.fds += net_fds
             self.env.update(net_env)
+            # a vetted file the view hides as the operator's private (engine.commands.homeprivate) is not
+            # copied back over its cover: the run finds it as the view shows it, empty or absent
+            self.args = homeprivate.unhidden(self.args)
+            hidden = [src for src in self.sources if homeprivate.hides(src)]
+            if hidden:  # its copy is the file itself, at another path: refused, not run empty
+                raise hostview.HostViewError(
+                    f"{hidden[0]} is private to the operator (no permission for other accounts), which host "
+                    "runs do not read; nothing ran"
+                )
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap, net), *ops, *pinned, "--", *hostview.tail())
         if host:

@@ -668,12 +668,6 @@ _COOKIE_THIEF = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's browser profile is in the home every host run reads: an agent's run "
-    "decrypts the Cookies DB (Chromium's Linux key without a keyring is the constant `peanuts`) and holds "
-    "every web session the operator is logged in to; the home's readable credentials are not listed",
-)
 async def test_class1_the_operators_browser_cookies_are_a_host_runs(state_dir: Path) -> None:
     import os
     import threading
@@ -768,13 +762,6 @@ async def _git_token_seen(state_dir: Path, *, linked: bool) -> str:
     return str(result["details"].get("aggregated") or result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: homesockets covers sockets whose real path is in the home: with ~/.cache a link to "
-    "another disk (a common setup), git's credential-cache socket at ~/.cache/git/credential/socket is "
-    "outside the home by real path, never covered, and a host run's `git credential-cache get` is handed "
-    "the operator's cached token",
-)
 async def test_class1_the_operators_git_credential_cache_behind_a_linked_cache_dir_is_a_host_runs(
     state_dir: Path,
 ) -> None:

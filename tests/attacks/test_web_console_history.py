@@ -103,8 +103,12 @@ async def test_the_console_urls_in_the_operators_browser_profile_open_nothing(st
             [websocket] = sockets
             secret = websocket.rsplit("/", 2)[1]
 
-            found = set(re.findall(CONSOLE_URL, await _grep(state_dir, home)))
-            # the attack's premise: the profile holds the URL the operator opened, and the agent reads it
+            # Since fresh round 11 a the profile (0700) is private to the operator and no host run reads
+            # it (engine.commands.homeprivate); the URLs are still worth nothing to whoever holds a copy.
+            assert web.url not in set(re.findall(CONSOLE_URL, await _grep(state_dir, home)))
+            held = b"".join(p.read_bytes() for p in profile.rglob("*") if p.is_file() and not p.is_symlink())
+            found = set(re.findall(CONSOLE_URL, held.decode("latin-1")))
+            # the attack's premise: the profile holds the URL the operator opened
             assert web.url in found, found
             # Every console URL the agent read, and the printed one, opens nothing: page, trade, websocket.
             for url in found | {web.url}:
