@@ -426,12 +426,17 @@ class _Builder:
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
         ops = ["--dev-bind", "/", "/"]
+        layers: list[str] = []
         if host:
-            view, view_fds = hostview.view_by_fd(str(state_dir()), outside=outside)  # (fds: pinned_view's)
+            # the home (and where its links lead) an overlay of the run's own, made before bwrap: no
+            # socket there connects (engine.commands.homelayer)
+            layers = hostview.run_layers(str(state_dir()), outside, kept=False)
+            view, view_fds, layers = hostview.own_view_by_fd(str(state_dir()), outside, layers)
+            # (fds: pinned_view's)
             ops = [*view, *hostview.pid_ops()]
             self.fds += view_fds
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
-        prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
+        prefix = (*hostview.head(bwrap, layers), *ops, *pinned, "--", *hostview.tail())
         if host:
             prefix = tuple(hostview.joined(prefix, outside))
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
