@@ -83,15 +83,18 @@ def own_words(ops: list[str], layers: list[str]) -> tuple[list[str], list[str]]:
     """For a run's own bwrap after own-pts made `layers`: (the layers kept, the sources carried over them).
     bwrap binds a source by its path and checks it is the file its fd is: one inside a layer would be the
     overlay's, so own-pts puts each back over the layer as it is (bwrap then binds it at that same place,
-    over the copy). A layer holding a source bound elsewhere, or bound itself, is left out (its copy would
-    show where no bind covers it): the home is then bound from the host, its sockets covered one by one
+    over the copy, or covers it with a tmpfs: the state dir's empty file and private copies). A layer
+    holding a source bound elsewhere and left uncovered, or bound itself, is left out (its copy would show
+    where nothing covers it): the home is then bound from the host, its sockets covered one by one
     (engine.commands.homesockets)."""
     pairs = bindsource.bind_pairs(ops)
+    tmpfs = [os.path.realpath(ops[i + 1]) for i, op in enumerate(ops[:-1]) if op == "--tmpfs"]
     bad = {
         layer
         for src, dest in pairs
         for layer in layers
-        if _inside(src, layer) and (src == layer or os.path.realpath(dest) != src)
+        if _inside(src, layer)
+        and (src == layer or (os.path.realpath(dest) != src and not any(_inside(src, t) for t in tmpfs)))
     }
     kept = [layer for layer in layers if layer not in bad]
     carried = {src for src, _dest in pairs if any(_inside(src, layer) for layer in kept)}

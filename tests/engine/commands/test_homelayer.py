@@ -63,6 +63,49 @@ def test_a_run_of_its_own_carries_what_bwrap_binds_from_inside_a_layer() -> None
     assert homelayer.own_words(ops, ["/t/h", "/d"]) == (["/d"], [])
     elsewhere = ["--ro-bind", "/d/cfg", "/t/h/.config"]  # the operator's XDG_CONFIG_HOME, named by a link
     assert homelayer.own_words(elsewhere, ["/t/h", "/d"]) == (["/t/h"], [])
+    # a state dir in the home: its empty file and private copies are bound elsewhere, their place covered
+    state = [
+        "--tmpfs",
+        "/t/h/.st",
+        "--ro-bind",
+        "/t/h/.st/empty",
+        "/t/h/.npmrc",
+        "--bind",
+        "/t/h/.st/p",
+        "/tmp",
+    ]
+    assert homelayer.own_words(state, ["/t/h"]) == (["/t/h"], ["/t/h/.st/empty", "/t/h/.st/p"])
+
+
+def test_a_state_dir_in_the_home_keeps_a_run_of_its_own_layered(
+    state_dir: Path, tmp_path: Path, socks: list[socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path.home()
+    inside = home / ".exechost"
+    inside.mkdir(mode=0o700)
+    (inside / "operator.json").write_text("tok-home-state")
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(inside))
+    monkeypatch.setattr(hostview, "kept_prefix", lambda *_a, **_k: None)
+    (home / "d").mkdir()
+    _serve(home / "d" / "op.sock", socks)
+    private = tmp_path / "private"
+    private.mkdir()
+    outside = hostview.Outside(private=((str(inside / "copy"), str(private)),))
+    (inside / "copy").mkdir()
+    view = pinned_view(None, host=True, outside=outside)
+    try:
+        assert str(home) in view.prefix[: view.prefix.index("--")], view.prefix
+        script = (
+            f'P={shlex.quote(_PROBE)}; python3 -c "$P" {home}/d/op.sock; ls -A {inside}; touch {private}/x'
+        )
+        done = subprocess.run(
+            view.wrap(["/bin/sh", "-c", script]), cwd=tmp_path, capture_output=True, text=True,
+            pass_fds=view.fds, check=False,
+        )  # fmt: skip
+    finally:
+        view.close()
+    assert "['d', 'op.sock'] Connection refused" in done.stdout, done.stdout + done.stderr
+    assert "operator.json" not in done.stdout and (inside / "copy" / "x").exists(), done.stdout + done.stderr
 
 
 def _serve(path: Path, socks: list[socket.socket]) -> None:
