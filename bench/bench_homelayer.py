@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
+from bench.table import per_call_us, ratio, record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ def main() -> None:
     os.environ["HOME"] = str(home)
     master = socket.socket(socket.AF_UNIX)
     master.bind(str(home / "cm"))  # one socket the list would cover
-    from engine.commands import hostkeeper, hostview
+    from engine.commands import homelayer, hostkeeper, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -109,6 +109,14 @@ def main() -> None:
         record(
             "a run's own bwrap, layers made by own-pts (vs the home bound, its sockets listed)",
             rounds("own layered"), rounds("own listed"), ratio(m["own layered"], m["own listed"]),
+        )  # fmt: skip
+        # which directories are layered, found per run (the home's entries read, XDG dirs resolved)
+        skip = [str(root / "s")]
+        layers_us = per_call_us(lambda: homelayer.layers(str(home), skip), args.runs, 3)
+        whole_us = per_call_us(lambda: hostview.view_args(str(root / "s"), outside=outside), 20, 3)
+        record(
+            "the layers found (homelayer.layers), per run (vs view_args whole)",
+            f"{layers_us:.0f} us", f"{whole_us:.0f} us", ratio(layers_us, whole_us),
         )  # fmt: skip
     finally:
         master.close()
