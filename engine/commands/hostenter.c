@@ -193,6 +193,25 @@ static void own_user_namespace(void) {
     }
 }
 
+/* mountinfo's fifth field (the mount point) into `out`, octal escapes (\040) decoded. */
+static void mountinfo_point(char *line, char *out, size_t size) {
+    char *field = line;
+    for (int i = 0; i < 4 && field; i++) {
+        field = strchr(field, ' ');
+        if (field) field++;
+    }
+    size_t len = 0;
+    for (char *c = field; c && *c && *c != ' ' && len < size - 1; c++) {
+        if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
+            out[len++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
+            c += 3;
+        } else {
+            out[len++] = *c;
+        }
+    }
+    out[len] = 0;
+}
+
 /* Whether the mount `id` is what `path` reaches (not one under another, nor on a name since removed). */
 static int topmost(const char *path, int id) {
     struct statx sx;
@@ -208,24 +227,8 @@ static void remount_ro_under(const char *top, int visible_only) {
     size_t n = strlen(top);
     char line[8192];
     while (fgets(line, sizeof line, f)) {
-        /* id parent major:minor root MOUNTPOINT ...: the fifth field, octal escapes (\040) decoded */
-        char *field = line;
-        for (int i = 0; i < 4 && field; i++) {
-            field = strchr(field, ' ');
-            if (field) field++;
-        }
-        if (!field) continue;
         char path[PATH_MAX];
-        size_t len = 0;
-        for (char *c = field; *c && *c != ' ' && len < sizeof path - 1; c++) {
-            if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
-                path[len++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
-                c += 3;
-            } else {
-                path[len++] = *c;
-            }
-        }
-        path[len] = 0;
+        mountinfo_point(line, path, sizeof path);
         if (strncmp(path, top, n) || (path[n] && path[n] != '/')) continue;
         /* a mount under another (or on a name since removed) is not in the view: nothing to remount */
         if (visible_only && !topmost(path, atoi(line))) continue;
@@ -265,25 +268,6 @@ struct mount_entry {
     char *point;
 };
 
-
-/* mountinfo's fifth field into `out`, octal escapes (\040) decoded; the field's end in *rest. */
-static void mountinfo_point(char *line, char *out, size_t size) {
-    char *field = line;
-    for (int i = 0; i < 4 && field; i++) {
-        field = strchr(field, ' ');
-        if (field) field++;
-    }
-    size_t len = 0;
-    for (char *c = field; c && *c && *c != ' ' && len < size - 1; c++) {
-        if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
-            out[len++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
-            c += 3;
-        } else {
-            out[len++] = *c;
-        }
-    }
-    out[len] = 0;
-}
 
 static struct mount_entry *read_mounts(size_t *count) {
     FILE *f = fopen("/proc/self/mountinfo", "re");
