@@ -17,6 +17,7 @@ reached through one is as connectable as any outside the home (docs/SECURITY.md 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 
 from engine.commands import bindsource
@@ -27,11 +28,19 @@ XDG_DIRS = (".cache", ".config", ".local/share", ".local/state")
 MOST = 32  # directories layered per run (the helper's own cap is above this)
 
 
-def layers(home: str, skip: Iterable[str] = ()) -> list[str]:
+def layers(
+    home: str,
+    skip: Iterable[str] = (),
+    writable: Iterable[str] = (),
+    mounts: Iterable[str] | None = None,
+) -> list[str]:
     """The home (resolved), then the real directory outside it of each link among its top-level entries
     and XDG_DIRS, outermost only; none that is `/`, a directory every user may write, one holding the home,
     or one at or under `skip` (the state dir, covered roots, the agent's private dirs: not the operator's
-    to show, or shown as the agent's own)."""
+    to show, or shown as the agent's own). Then every filesystem the host has mounted below those
+    (`mounts`: the mount points of /proc/self/mountinfo), outer first: an overlay does not reach into a
+    mount below its layer, so each is a layer of its own; not one a `writable` root (hostWritable, real
+    paths) is: the agent's to write."""
     if home == os.sep or not os.path.isdir(home):
         return []
     skipped = [os.path.realpath(s) for s in skip]
@@ -44,11 +53,35 @@ def layers(home: str, skip: Iterable[str] = ()) -> list[str]:
             continue
         found.append(real)
     outer = sorted(set(found), key=lambda p: (p.count(os.sep), p))
-    kept: list[str] = []
+    kept: list[str] = [home]
     for path in outer:
         if not any(_inside(path, k) for k in kept):
             kept.append(path)
-    return [home, *kept[: MOST - 1]]
+    points = mount_points() if mounts is None else mounts
+    rw = set(writable)
+    below = {
+        p
+        for p in points
+        if any(_inside(p, k) and p != k for k in kept)
+        and p not in rw
+        and not any(_inside(p, s) for s in skipped)
+        and os.path.isdir(p)
+        and not os.path.islink(p)
+    }
+    return [*kept, *sorted(below, key=lambda p: (p.count(os.sep), p))][:MOST]
+
+
+def mount_points(table: str = "/proc/self/mountinfo") -> list[str]:
+    """Every mount point of this mount namespace, its octal escapes (`\\040`) decoded."""
+    try:
+        with open(table, "rb") as f:
+            fields = [line.split(b" ", 5)[4] for line in f if line.count(b" ") >= 5]
+    except OSError:
+        return []
+    return [os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m[1], 8)]), f)) for f in fields]
+
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
 
 
 def _linked(home: str) -> list[str]:

@@ -1004,7 +1004,8 @@ def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) ->
         return []
     home = home_dir()
     private = [dest for _source, dest in outside.private]
-    found = homelayer.layers(home, [state, *outside.covered, *private])
+    writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
+    found = homelayer.layers(home, [state, *outside.covered, *private], writable)
     if not kept and any(_inside(home, os.path.realpath(d)) for d in private):
         found = [d for d in found if d != home]
     return found

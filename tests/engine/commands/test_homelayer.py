@@ -10,6 +10,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,9 +41,31 @@ def test_the_layers_are_the_home_and_the_dirs_its_links_lead_to_outside_it(tmp_p
     (home / "pub").symlink_to(tmp_path / "pub")  # every user's to write: never read-only
     (home / "up").symlink_to(tmp_path)  # holds the home
     (home / "file").symlink_to(home / ".local")  # inside the home already
-    got = homelayer.layers(str(home), [str(state)])
+    got = homelayer.layers(str(home), [str(state)], mounts=[])
     assert got == [str(home), str(disk / "cache"), str(disk / "cfg"), str(disk / "share")]
     assert homelayer.layers("/") == []
+    # a filesystem mounted below the home or a linked dir: a layer of its own, outer first; not one a
+    # hostWritable root is, nor one gone or elsewhere
+    for d in ("vault/inner", "wdir", "nas"):
+        (home / d).mkdir(parents=True)
+    mounts = [
+        "/",
+        str(home / "vault" / "inner"),
+        str(home / "vault"),
+        str(home / "work"),
+        str(disk / "cache"),
+    ]
+    mounts += [str(home / "gone"), str(state / "x"), str(disk / "cfg" / "sub")]
+    got = homelayer.layers(str(home), [str(state)], [str(home / "wdir")], mounts)
+    assert got[4:] == [str(home / "vault"), str(disk / "cfg" / "sub"), str(home / "vault" / "inner")]
+
+
+def test_the_mount_points_are_read_as_the_kernel_escapes_them(tmp_path: Path) -> None:
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 1 0:21 / / rw - ext4 /dev/vda rw\n30 22 0:30 / /home/op/my\\040vault rw,nosuid - tmpfs tmpfs rw\n"
+    )
+    assert homelayer.mount_points(str(table)) == ["/", "/home/op/my vault"]
 
 
 def test_a_run_of_its_own_carries_what_bwrap_binds_from_inside_a_layer() -> None:
@@ -234,6 +257,50 @@ def test_the_views_mounts_below_the_home_stay_on_top_of_its_layer(
         view.close()
     assert "['work', 'mine.sock'] connected" in done.stdout, done.stdout + done.stderr
     assert "w\n" in done.stdout and (work / "w").read_text() == "w\n"
+
+
+_NESTED = r"""
+import os, socket, subprocess, sys
+helper, home = sys.argv[1:3]
+vault = home + "/vault"
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "vault", vault], check=True)
+open(vault + "/note", "w").write("VAULT-r11a\n")
+s = socket.socket(socket.AF_UNIX); s.bind(vault + "/op.sock"); s.listen(4)
+view = ["--dev-bind", "/", "/", "--ro-bind", home, home]
+keeper = subprocess.Popen(["bwrap", *view, "--", helper, "keep"], stdin=-1, stdout=-1)
+pid = int(keeper.stdout.readline())
+fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+probe = sys.stdin.read()
+enter = [helper, "enter", str(fd), "-", "-", "-", home, vault, "--"]
+kept = subprocess.run([*enter, "/bin/sh", "-c", probe], capture_output=True, text=True, pass_fds=[fd])
+own = subprocess.run([helper, "own-pts", "-", home, vault, "--", "bwrap", "--dev-bind", "/", "/",
+                      "--unshare-pid", "--proc", "/proc", "--", "/bin/sh", "-c", probe],
+                     capture_output=True, text=True)
+keeper.stdin.close()
+keeper.wait()
+print(kept.stdout + kept.stderr + "\0" + own.stdout + own.stderr, end="")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="mounts a filesystem (root)")
+def test_a_filesystem_mounted_below_the_home_is_a_layer_of_its_own(tmp_path: Path) -> None:
+    """An overlay does not reach into a mount below its layer: the host's vault under the home is layered
+    too (in a mount namespace of the test's own: no other test sees the vault)."""
+    home = tmp_path / "h"
+    (home / "vault").mkdir(parents=True)
+    probe = (
+        f'P={shlex.quote(_PROBE)}; python3 -c "$P" {home}/vault/op.sock; cat {home}/vault/note; '
+        f"echo x > {home}/vault/x || echo refused"
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", _NESTED,
+         str(hostkeeper.helper_path()), str(home)],
+        input=probe, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    kept, _, own = done.stdout.partition("\0")
+    assert kept == own, done.stdout + done.stderr
+    assert "['vault', 'op.sock'] Connection refused" in kept, kept + done.stderr
+    assert "VAULT-r11a" in kept and "refused" in kept, kept
 
 
 _AS_NOBODY = r"""
