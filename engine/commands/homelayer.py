@@ -44,8 +44,11 @@ def layers(
     if home == os.sep or not os.path.isdir(home):
         return []
     skipped = [os.path.realpath(s) for s in skip]
+    rw = set(writable)
     found: list[str] = []
     for name in _linked(home):
+        if any(_inside(os.path.realpath(os.path.dirname(name)), w) for w in rw):
+            continue  # a link a run may plant (~/.local hostWritable): never the agent's to point
         real = os.path.realpath(name)
         if real == os.sep or _inside(home, real) or _inside(real, home) or not os.path.isdir(real):
             continue
@@ -58,7 +61,6 @@ def layers(
         if not any(_inside(path, k) for k in kept):
             kept.append(path)
     points = mount_points() if mounts is None else mounts
-    rw = set(writable)
     below = {
         p
         for p in points
