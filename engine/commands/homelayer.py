@@ -40,7 +40,8 @@ def layers(
     to show, or shown as the agent's own). Then every filesystem the host has mounted below those
     (`mounts`: the mount points of /proc/self/mountinfo), outer first: an overlay does not reach into a
     mount below its layer, so each is a layer of its own; not one a `writable` root (hostWritable, real
-    paths) is: the agent's to write."""
+    paths) is: the agent's to write. Nor a linked directory holding or inside a `writable` one (outside
+    the home, writable without a bind)."""
     if home == os.sep or not os.path.isdir(home):
         return []
     skipped = [os.path.realpath(s) for s in skip]
@@ -54,6 +55,8 @@ def layers(
             continue
         if any(_inside(real, s) for s in skipped) or _shared(real):
             continue
+        if any(_inside(w, real) or _inside(real, w) for w in rw):
+            continue  # hostWritable names it, or a dir in it, through the link: writable, as before
         found.append(real)
     outer = sorted(set(found), key=lambda p: (p.count(os.sep), p))
     kept: list[str] = [home]

@@ -58,6 +58,9 @@ def test_the_layers_are_the_home_and_the_dirs_its_links_lead_to_outside_it(tmp_p
     mounts += [str(home / "gone"), str(state / "x"), str(disk / "cfg" / "sub")]
     got = homelayer.layers(str(home), [str(state)], [str(home / "wdir")], mounts)
     assert got[4:] == [str(home / "vault"), str(disk / "cfg" / "sub"), str(home / "vault" / "inner")]
+    # hostWritable names a linked dir (or one in it): writable as before, not layered
+    got = homelayer.layers(str(home), [str(state)], [str(disk / "cfg" / "sub" / "p")], [])
+    assert str(disk / "cfg") not in got and str(disk / "cache") in got
     # a link in a hostWritable dir is the agent's to point: never followed
     got = homelayer.layers(str(home), [str(state)], [str(home / ".local")], [])
     assert str(disk / "share") not in got and str(disk / "cache") in got
