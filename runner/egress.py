@@ -29,6 +29,7 @@ from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import HISTORY_DIR, HistoryError
 from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest
 from engine.approvals.store import ApprovalsStore
+from engine.commands import hostnet
 from engine.config.egress import MAX_CONNECTIONS, EgressPolicy, Pattern, approval_entry, decide, parse_pattern
 from engine.config.model import Config
 from engine.protocol.methods import EventName, Topic
@@ -70,6 +71,9 @@ class EgressHub:
         self.writer = GroupWriter("egress history", self._write)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # A revoke or rotation ends the agent's connections at once; what its sandboxes ask later is
+        # refused by the generation each request carries (decide), with no list of listeners to chase.
+        services.approvals.generations.listen(self._revoked_agent)
 
     # -- lifecycle
 
@@ -79,6 +83,13 @@ class EgressHub:
         manager.egress = self.listen
         manager.egress_gone = self._gone
         self._loop = asyncio.get_running_loop()
+        hostnet.EGRESS = self.host_runs  # each agent's host runs' network namespace: its way out is here
+        for agent in hostnet.served(str(self.services.state_dir)):  # made under an earlier hub
+            name = hostnet.egress_name(agent)
+            try:
+                await self.proxy.listen(name, agent, forwarder.prepare_dir(name))
+            except OSError as exc:
+                log.warning("egress: host runs of %s not served: %s", agent, exc)
         try:
             entries = await asyncio.to_thread(manager.registry.read)
         except Exception as exc:  # a damaged registry: the next exec into each sandbox listens again
@@ -93,8 +104,7 @@ class EgressHub:
             except OSError:
                 uid = None
             try:
-                name = entry.containerName
-                await self.proxy.listen(name, entry.agentId or "main", directory, uid, is_shared(name))
+                await self.listen(entry.containerName, entry.agentId or "main", uid)
             except OSError as exc:
                 log.warning("egress: %s not served: %s", entry.containerName, exc)
 
@@ -103,6 +113,8 @@ class EgressHub:
         if manager.egress == self.listen:
             manager.egress = None
             manager.egress_gone = None
+        if self.host_runs == hostnet.EGRESS:
+            hostnet.EGRESS = None
         await self.proxy.close()
         await self.writer.barrier()
 
@@ -116,8 +128,49 @@ class EgressHub:
         if not self.proxy.listening(sandbox):
             self.proxy.stop(sandbox)
 
+    def _revoked_agent(self, agent_id: str) -> None:
+        cut = self.proxy.cut(agent_id)
+        if cut:
+            log.warning("egress: %d connection(s) of revoked agent %s ended", cut, agent_id)
+
     async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> None:
-        await self.proxy.listen(sandbox, agent_id, forwarder.socket_dir(sandbox), uid, is_shared(sandbox))
+        """Serve `sandbox` as `agent_id` under its credential generation now (a run of the agent's is making
+        or entering it): a revoke or rotation after this refuses what it asks, until a run of the agent's
+        new credential enters it again. The shared sandbox is nobody's own: no generation."""
+        shared = is_shared(sandbox)
+        generation = None if shared else self.services.approvals.generations.current(agent_id)
+        directory = forwarder.socket_dir(sandbox)
+        await self.proxy.listen(sandbox, agent_id, directory, uid, shared, generation=generation)
+
+    HOST_WAIT = 10.0  # seconds a host run's namespace waits for its listener (the loop is busy, at most)
+
+    def host_runs(self, agent_id: str) -> hostnet.Egress | None:
+        """Serve `agent_id`'s gateway-host runs as a sandbox of its is served (engine.commands.hostnet):
+        the same proxy, its `[sandbox.egress]`, asks in the same inbox. From a worker thread (the
+        namespace is made there); None when the forwarder cannot be had (no way out, as with mode none)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        name = hostnet.egress_name(agent_id)
+        try:
+            directory = forwarder.prepare_dir(name)
+            binary = forwarder.ensure_binary()
+        except (OSError, forwarder.ForwarderUnavailable) as exc:
+            log.warning("egress: host runs of %s have no way out: %s", agent_id, exc)
+            return None
+        served = asyncio.run_coroutine_threadsafe(self.proxy.listen(name, agent_id, directory), loop)
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:  # never wait on our own loop
+            try:
+                served.result(self.HOST_WAIT)
+            except Exception as exc:
+                log.warning("egress: host runs of %s not served: %s", agent_id, exc)
+                return None
+        socket = str(directory / forwarder.SOCKET_NAME)
+        return hostnet.Egress(str(binary), forwarder.PORT, socket, dict(forwarder.PROXY_ENV))
 
     # -- decisions
 
@@ -132,7 +185,29 @@ class EgressHub:
         return int(self._egress(agent_id).get("max_connections", MAX_CONNECTIONS))
 
     async def decide(self, req: Request) -> Decision:
+        """The decision for one request, refused whenever its agent's credential generation moved past the
+        one its sandbox was served under: checked first (no ask is filed for a revoked agent) and again
+        after every await (a revoke meanwhile never lets it through)."""
+        decision = await self._decide(req)
+        if decision.allowed and self._revoked(req):
+            return self._refused(req, decision.resolve, decision.deny)
+        return decision
+
+    def _revoked(self, req: Request) -> bool:
+        return self.services.approvals.generations.stale(req.agent_id, req.generation)
+
+    @staticmethod
+    def _refused(req: Request, resolve: dict[str, str], deny: tuple[Pattern, ...]) -> Decision:
+        why = (
+            f"agent {req.agent_id} was revoked (or its credential rotated) since a run of it served "
+            "this sandbox"
+        )
+        return Decision(False, why, "revoke", resolve, deny)
+
+    async def _decide(self, req: Request) -> Decision:
         services = self.services
+        if self._revoked(req):
+            return self._refused(req, {}, ())
         policy = EgressPolicy.from_config(self._egress(req.agent_id))
         found = dict(policy.resolve), policy.deny  # (every resolved address is checked against `deny`)
         approved = _patterns(await asyncio.to_thread(services.store.egress_allow, req.agent_id))
@@ -176,7 +251,7 @@ class EgressHub:
         )
         undo = self.bind_ask(req) if self.bind_ask is not None else None
         try:
-            record, _ = approvals.register(request)
+            record, _ = approvals.register(request, generation=req.generation)
         except ApprovalError as exc:
             return Decision(False, f"ask refused: {exc}", "policy", *found)
         finally:

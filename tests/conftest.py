@@ -155,13 +155,35 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def _private_mounts() -> set[str]:
     """The agents' capped private dirs mounted now (engine.commands.privatefs: <state>/hostprivate/<agent>),
-    as a root gateway leaves them for the next one."""
+    and the sandbox workspaces' own filesystems (engine.sandbox.wsfs), as a root gateway leaves them for
+    the next one."""
     with open("/proc/self/mountinfo") as f:
-        return {
-            p
-            for p in (line.split()[4] for line in f)
-            if os.path.basename(os.path.dirname(p)) == "hostprivate"
-        }
+        points = {line.split()[4] for line in f}
+    return {p for p in points if os.path.basename(os.path.dirname(p)) == "hostprivate"} | set(
+        _workspace_mounts()
+    )
+
+
+def _workspace_mounts() -> dict[str, str]:
+    """Each sandbox workspace's filesystem mounted now, with its image as its loop device names it (with
+    " (deleted)" once its test removed it): a loop-mounted ext4 whose image is in a root's `.images`."""
+    from engine.sandbox import wsfs
+
+    found = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            words = line.split()
+            fields = words[words.index("-") + 1 :] if "-" in words else []
+            if fields[:1] != ["ext4"] or not fields[1:2] or not fields[1].startswith("/dev/loop"):
+                continue
+            try:
+                with open(f"/sys/block/{os.path.basename(fields[1])}/loop/backing_file") as b:
+                    image = b.read().rstrip("\n")
+            except OSError:
+                continue
+            if os.path.basename(os.path.dirname(image)) == wsfs.IMAGES:
+                found[words[4]] = image
+    return found
 
 
 @pytest.fixture(autouse=True)
@@ -176,6 +198,10 @@ def no_private_mounts_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     base = f"{tmp_path_factory.getbasetemp()}/"
     before = _private_mounts()
     yield
+    # Workspaces first (one whose test removed its root has a deleted image), then the private dirs: a
+    # root holding nothing but them is abandoned once the workspaces' dirs are gone.
+    gone = {p for p, image in _workspace_mounts().items() if image.endswith(" (deleted)")}
+    _detach({p for p in set(_workspace_mounts()) - before if p.startswith(base) or p in gone})
     _detach({p for p in _private_mounts() - before if p.startswith(base) or _abandoned(p)})
 
 

@@ -22,6 +22,15 @@
                               builds).
    check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
                               CWD may be @DEV:INO: the identity own-pts found for it in its layers.
+   netkeep FWD PORT SOCK      the holder of an agent's own network namespace (engine.commands.hostnet): a
+                              user namespace of its own first when not root, then a network namespace with
+                              only `lo`, up; FWD ("-": none) is started in it as a child (the egress
+                              forwarder, listening on its loopback's PORT and handing each connection to the
+                              gateway's egress proxy at SOCK), dying with this process; prints its pid,
+                              holds the namespace until its stdin closes.
+   netns NET USER -- ARGV     (first of the view's words) join the agent's kept network namespace (fd NET;
+                              its user namespace at fd USER first, unless "-"), close both, then ARGV: the
+                              run's loopback is its agent's, never the host's.
    join TASKS -- ARGV         (first of all) move this process into the pids cgroup whose `tasks` file
                               is TASKS (its agent's share of the host's processes: engine.sandbox.
                               bwraplimits.host_pids_group), then ARGV: everything the run forks is counted
@@ -72,6 +81,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <net/if.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -786,6 +796,59 @@ static int seal(char **argv) {
     return 0;
 }
 
+/* `lo` up in this network namespace (a new one has it down: nothing, not even 127.0.0.1, would answer). */
+static void loopback_up(void) {
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) die("socket");
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) die("SIOCGIFFLAGS lo");
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) die("SIOCSIFFLAGS lo");
+    close(s);
+}
+
+static int netkeep(char **argv) {
+    const char *fwd = argv[0], *port = argv[1], *sock = argv[2];
+    if (geteuid() != 0) own_user_namespace();
+    if (unshare(CLONE_NEWNET) < 0) die("unshare(net)");
+    loopback_up();
+    pid_t child = -1;
+    if (strcmp(fwd, "-")) {
+        pid_t parent = getpid();
+        child = fork();
+        if (child < 0) die("fork");
+        if (child == 0) {
+            /* the forwarder ends with its holder, however the holder ends */
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent) _exit(FAIL);
+            int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (null < 0 || dup2(null, 0) < 0) _exit(FAIL);
+            setpgid(0, 0); /* no group kill of the holder's reaches it but through its holder */
+            execl(fwd, fwd, port, sock, (char *)NULL);
+            _exit(127);
+        }
+    }
+    int held = keep();
+    if (child > 0) {
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+    }
+    return held;
+}
+
+static int netns_then(char **argv) {
+    int userfd = optional_fd(argv[1]);
+    int netfd = ns_fd(argv[0]);
+    if (userfd >= 0 && setns(userfd, CLONE_NEWUSER) < 0) die("setns(user) of the agent's network");
+    if (setns(netfd, CLONE_NEWNET) < 0) die("setns(net)");
+    close(netfd);
+    if (userfd >= 0) close(userfd);
+    execvp(argv[3], argv + 3);
+    fprintf(stderr, "exechost-hostenter: %s: %s\n", argv[3], strerror(errno));
+    return 127;
+}
+
 static int join_then(char **argv) {
     int fd = open(argv[0], O_WRONLY | O_CLOEXEC);
     if (fd < 0 || write(fd, "0", 1) != 1) {
@@ -811,6 +874,8 @@ static int layer_words(char **words, int carried) {
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
     if (argc == 4 && !strcmp(argv[1], "seal")) return seal(argv + 2);
+    if (argc == 5 && !strcmp(argv[1], "netkeep")) return netkeep(argv + 2);
+    if (argc >= 6 && !strcmp(argv[1], "netns") && !strcmp(argv[4], "--")) return netns_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "join") && !strcmp(argv[3], "--")) return join_then(argv + 2);
     if (argc >= 8 && !strcmp(argv[1], "enter") && layer_words(argv + 6, 0)) return enter(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "own-pts") && layer_words(argv + 3, 1)) return own_pts_then(argv + 2);
@@ -822,6 +887,7 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "usage: exechost-hostenter keep | seal MNT-FD USER-FD|- | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- [DIR...] -- COMMAND... | "
                     "own-pts PTY-FD|- [DIR...] [+PATH...] -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
-                    "status FD|- -- COMMAND... | join TASKS -- COMMAND... | ro-cgroups -- COMMAND...\n");
+                    "status FD|- -- COMMAND... | join TASKS -- COMMAND... | ro-cgroups -- COMMAND... | "
+                    "netkeep FWD|- PORT SOCK | netns NET-FD USER-FD|- -- COMMAND...\n");
     return 2;
 }

@@ -29,10 +29,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.commands import bindsource
+from engine.commands import bindsource, hostnet
 
 HELPER_NAME = "exechost-hostenter"
 KEEP_AT_MOST = 16  # keepers one process holds (one per agent of a state dir; tests make many)
+# Starts of a keeper tried before its runs take a bwrap of their own: bwrap's setup fails now and then while
+# the host's mount table changes under it (a source's path resolved to another mount: "Race condition
+# binding dirfd"; a source's path gone: "Can't find source path"), before anything of a run has started.
+START_ATTEMPTS = 3
 
 
 # Where the helper is, when not in the venv; set empty: none (every run takes a bwrap of its own).
@@ -146,9 +150,18 @@ def current(key: tuple[object, ...], state: str) -> Keeper | None:
     return keeper if keeper is not None and keeper.key == key and keeper.alive() else None
 
 
-def ensure(key: tuple[object, ...], state: str, bwrap: str, helper: str, ops: list[str]) -> Keeper | None:
+def ensure(
+    key: tuple[object, ...],
+    state: str,
+    bwrap: str,
+    helper: str,
+    ops: list[str],
+    outer: tuple[list[str], tuple[int, ...]] | None = None,
+) -> Keeper | None:
     """The keeper for `key` (made, or re-made, here: blocking, a few ms); None when it cannot be made
-    (the run then takes a bwrap of its own, which says why if it fails too)."""
+    (the run then takes a bwrap of its own, which says why if it fails too). `outer`: words (and the fds
+    they name, the caller's) its bwrap starts after: the agent's network namespace's user namespace, for
+    a gateway that is not root (engine.commands.hostnet)."""
     with _lock:
         keeper = current(key, state)
         if keeper is not None:
@@ -157,7 +170,11 @@ def ensure(key: tuple[object, ...], state: str, bwrap: str, helper: str, ops: li
         old = _keepers.pop(state, None)
         if old is not None:
             old.stop()
-        keeper = _start(key, bwrap, helper, ops)
+        keeper = None
+        for _ in range(START_ATTEMPTS):
+            keeper = _start(key, bwrap, helper, ops, outer or ([], ()))
+            if keeper is not None:
+                break
         if keeper is None:
             return None
         _keepers[state] = keeper
@@ -166,7 +183,9 @@ def ensure(key: tuple[object, ...], state: str, bwrap: str, helper: str, ops: li
         return keeper
 
 
-def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> Keeper | None:
+def _start(
+    key: tuple[object, ...], bwrap: str, helper: str, ops: list[str], outer: tuple[list[str], tuple[int, ...]]
+) -> Keeper | None:
     try:
         # every bind's source by an fd opened now, no link followed: the directory checked is the one bound
         by_fd, fds_in = bindsource.by_fd(ops)
@@ -174,13 +193,13 @@ def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> 
         return None  # moved meanwhile: the run's own bwrap says why
     try:
         popen = subprocess.Popen(
-            [bwrap, *by_fd, "--", helper, "keep"],
+            [*outer[0], bwrap, *by_fd, "--", helper, "keep"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # no terminal's signal and no group kill of ours reaches it
             cwd="/",
-            pass_fds=fds_in,
+            pass_fds=(*fds_in, *outer[1]),
         )
     finally:
         bindsource.close(fds_in)  # bwrap has its own copies; it mounts them before the keeper reports
@@ -220,7 +239,9 @@ def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> 
 
 
 def stop(state: str | None = None) -> None:
-    """End the keepers of `state`, every agent's (every keeper of this process when None)."""
+    """End the keepers of `state`, every agent's (every keeper of this process when None), and the
+    agents' network namespaces with them."""
+    hostnet.stop(state)
     with _lock:
         for name in [n for n in _keepers if state is None or n.split("\0")[0] == state]:
             keeper = _keepers.pop(name, None)

@@ -15,6 +15,8 @@ hosts' /proc/<pid>/root, cwd and fd lead into the host's mount namespace, where 
 covered; in the run's /proc they do not exist. Every run has a /dev/pts of its own too (a devpts
 instance, made by exechost-hostenter): another agent's terminal session and the operator's terminal are
 in the host's, which no run can name; a terminal session's own terminal is made in the run's.
+Every run of an agent joins its agent's network namespace first (engine.commands.hostnet: only `lo`,
+egress through the sandboxes' proxy), unless the operator set hostNetwork = "host".
 
 bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
 started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
@@ -35,6 +37,7 @@ import signal
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from engine import sysbin
 from engine.commands import (
@@ -44,6 +47,7 @@ from engine.commands import (
     homelayer,
     homesockets,
     hostkeeper,
+    hostnet,
     hostprivate,
     importroots,
     sshinclude,
@@ -97,6 +101,9 @@ class Outside:
     private: tuple[tuple[str, str], ...] = ()
     # the workdir as the run names it, when it is in the agent's private copy (its host path is there)
     chdir: str | None = None
+    # whose network namespace the run joins (engine.commands.hostnet: the agent's own, kept); None: the
+    # host's ([tools.exec] hostNetwork = "host")
+    net_agent: str | None = None
 
 
 NOTHING_OUTSIDE = Outside()
@@ -974,25 +981,83 @@ def _cover_root(root: str) -> bool:
 
 def kept_prefix(
     state: str, bwrap: str, *, make: bool = True, outside: Outside = NOTHING_OUTSIDE
-) -> tuple[list[str], tuple[int, ...]] | None:
-    """The words that run a command in this state dir's kept view and the fds they name (the caller's to
-    pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
-    no helper, or no keeper ready and `make` is false."""
+) -> tuple[list[str], tuple[int, ...], dict[str, str]] | None:
+    """The words that run a command in this state dir's kept view, the fds they name (the caller's to
+    pass and close) and the env the run needs (its egress proxy's), the keeper and the agent's network
+    namespace made or re-made here when `make` (blocking a few ms); None when there is no helper, or no
+    keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
     known = includes_known() and programs_known()
     if helper is None or (not make and not known) or outside.chdir is not None:
         # git would have to be asked: the caller's thread does it (make=True); a workdir in a private
         # dir is reached by bwrap's --chdir, in a view of the run's own
         return None
+    holder = _net_holder(state, helper, outside, make=make)
+    if holder is False:  # not up (or not to be had): a thread makes it, or the run takes its own bwrap
+        return None
     ops = view_args(state, outside=replace(outside, workdir=None), sockets=False)
     slot = hostkeeper.slot(state, outside.private[0][0] if outside.private else None)
-    key = hostkeeper.view_key(bwrap, helper, state, ops)
+    # A gateway that is not root: its kept view is made inside the agent's network namespace's user
+    # namespace, which its runs join first (engine.commands.hostnet); a new one, a new view.
+    inner = holder if holder is not None and holder.user is not None else None
+    key = (*hostkeeper.view_key(bwrap, helper, state, ops), _ns_id(inner) if inner is not None else None)
     keeper = hostkeeper.current(key, slot)
     if keeper is None and make:
-        keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops)
-    if keeper is None:
-        return None  # stopped meanwhile
-    return keeper.enter(helper, run_layers(state, outside, kept=True))
+        outer = inner.words(helper) if inner is not None else None
+        try:
+            keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops, outer)
+        finally:
+            for fd in outer[1] if outer is not None else ():
+                os.close(fd)
+    layers = run_layers(state, outside, kept=True)
+    entered = keeper.enter(helper, layers) if keeper is not None else None  # None: stopped meanwhile
+    if entered is None:
+        return None
+    net = holder.words(helper) if holder is not None else ([], ())
+    if net is None:
+        for fd in entered[1]:
+            os.close(fd)
+        return None
+    env = holder.env if holder is not None else {}
+    return [*net[0], *entered[0]], (*net[1], *entered[1]), dict(env)
+
+
+def _ns_id(holder: hostnet.Holder) -> int:
+    return os.fstat(holder.net).st_ino if holder.net >= 0 else -1
+
+
+def _net_holder(
+    state: str, helper: str, outside: Outside, *, make: bool
+) -> hostnet.Holder | Literal[False] | None:
+    """The agent's kept network namespace (None: the run keeps the host's); False when it is not up and
+    `make` is false, or cannot be made (a helper older than `netkeep`): the run then takes a bwrap of its
+    own in a namespace of its own (net_ops), never the host's network in its place."""
+    if outside.net_agent is None:
+        return None
+    holder = hostnet.current(state, outside.net_agent)
+    if holder is None and make:
+        holder = hostnet.ensure(state, outside.net_agent, helper)
+    return False if holder is None else holder
+
+
+def net_prefix(state: str, outside: Outside) -> tuple[list[str], tuple[int, ...], dict[str, str]]:
+    """For a run's own bwrap: the words (first of all, before bwrap) that put it in its agent's network
+    namespace, their fds and the env the run needs; made here when missing (blocking). Empty when the run
+    keeps the host's network, or when there is no namespace to join (net_ops then gives it one)."""
+    helper = hostkeeper.helper_path()
+    if outside.net_agent is None or helper is None:
+        return [], (), {}
+    holder = _net_holder(state, helper, outside, make=True)
+    words = holder.words(helper) if holder else None
+    if not holder or words is None:
+        return [], (), {}
+    return words[0], words[1], dict(holder.env)
+
+
+def net_ops(outside: Outside, joined: list[str]) -> tuple[str, ...]:
+    """bwrap's own network namespace (only `lo`) for a run of an agent whose kept one it could not join
+    (`joined` empty: no helper, or one too old to hold it): cut off, its servers answering no later run."""
+    return ("--unshare-net",) if outside.net_agent is not None and not joined else ()
 
 
 def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) -> list[str]:
@@ -1011,15 +1076,15 @@ def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) ->
     return found
 
 
-def head(bwrap: str, layers: list[str] | None = None) -> list[str]:
+def head(bwrap: str, net: list[str] | None = None, layers: list[str] | None = None) -> list[str]:
     """The words before bwrap's operations: bwrap itself ignores the terminal's signals, and starts (with
     the helper) in a mount namespace whose /dev/pts is a devpts of its own, and where each layer of
     `layers` (own_view_by_fd's words) is an overlay made for the run, which its view copies: the run
     reaches no terminal but its own, and no socket in those directories (engine/commands/hostenter.c,
-    own-pts)."""
+    own-pts); in its agent's network namespace first when `net` (net_prefix) says so."""
     helper = hostkeeper.helper_path()
     own_pts = [helper, "own-pts", hostkeeper.NO_PTY, *(layers or ()), "--"] if helper is not None else []
-    return [ENV, IGNORE, *own_pts, bwrap]
+    return [ENV, IGNORE, *(net or []), *own_pts, bwrap]
 
 
 def tail() -> list[str]:
@@ -1089,5 +1154,6 @@ def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
     for root in outside.covered:
         if os.path.realpath(root) != os.sep and _under(cwd, root):
             raise HostViewError(
-                f"{cwd} is inside the sandbox workspace root {root}, which gateway-host commands cannot see"
+                f"{cwd} is inside {root} (a sandbox workspace root, or the Docker engine's client keys), "
+                "which gateway-host commands cannot see"
             )

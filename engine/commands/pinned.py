@@ -421,11 +421,12 @@ class _Builder:
         if not pins:  # the host view alone: entered, kept (engine.commands.hostkeeper), when it can be
             kept = hostview.kept_prefix(str(state_dir()), bwrap, outside=outside)
             if kept is not None:
-                return PinnedView(tuple(hostview.joined(kept[0], outside)), fds=kept[1])
+                return PinnedView(tuple(hostview.joined(kept[0], outside)), kept[2], fds=kept[1])
         # One bwrap: the host view's operations first (the state dir a tmpfs, a PID namespace and /proc
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
         ops = ["--dev-bind", "/", "/"]
+        net: list[str] = []
         layers: list[str] = []
         if host:
             # the home (and where its links lead) an overlay of the run's own, made before bwrap: no
@@ -433,10 +434,13 @@ class _Builder:
             layers = hostview.run_layers(str(state_dir()), outside, kept=False)
             view, view_fds, layers = hostview.own_view_by_fd(str(state_dir()), outside, layers)
             # (fds: pinned_view's)
-            ops = [*view, *hostview.pid_ops()]
             self.fds += view_fds
+            net, net_fds, net_env = hostview.net_prefix(str(state_dir()), outside)
+            ops = [*view, *hostview.pid_ops(), *hostview.net_ops(outside, net)]
+            self.fds += net_fds
+            self.env.update(net_env)
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
-        prefix = (*hostview.head(bwrap, layers), *ops, *pinned, "--", *hostview.tail())
+        prefix = (*hostview.head(bwrap, net, layers), *ops, *pinned, "--", *hostview.tail())
         if host:
             prefix = tuple(hostview.joined(prefix, outside))
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
@@ -548,7 +552,9 @@ def kept_host_view(outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> Pinn
     when it must be made first (pinned_view(None, host=True), in a thread) or bwrap is missing."""
     bwrap = bwrap_path()
     kept = hostview.kept_prefix(str(state_dir()), bwrap, make=False, outside=outside) if bwrap else None
-    return PinnedView(tuple(hostview.joined(kept[0], outside)), fds=kept[1]) if kept is not None else None
+    if kept is None:
+        return None
+    return PinnedView(tuple(hostview.joined(kept[0], outside)), kept[2], fds=kept[1])
 
 
 def is_git(argv: Sequence[str]) -> bool:

@@ -64,6 +64,9 @@ class ExecConfig:
     # "bwrap": gateway-host runs see no state dir and read-only trusted configs (engine.commands.hostview);
     # "none": they see the host as the gateway does (the operator's opt-out where bwrap cannot run).
     host_view: str = "bwrap"
+    # "own": each agent's gateway-host runs share a network namespace of their own, only `lo`, egress
+    # through the sandboxes' proxy (engine.commands.hostnet); "host": the host's (every loopback service)
+    host_network: str = "own"
     host_writable: list[str] = field(default_factory=list)  # absolute, `~` expanded at use
     host_private: list[str] | None = None  # None: engine.commands.hostprivate.DEFAULT
 

@@ -112,6 +112,8 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "maxOutputBytesPerAgent": Spec("max_output_bytes_per_agent", "int", minimum=1024 * 1024),
     "maxSandboxesPerAgent": Spec("max_sandboxes_per_agent", "int", minimum=1),  # engine.sandbox.agentcap
     "hostView": Spec("host_view", "enum", ("bwrap", "none")),
+    # Whose network gateway-host runs are in (engine.commands.hostnet): the agent's own, or the host's.
+    "hostNetwork": Spec("host_network", "enum", ("own", "host")),
     # Directories of the home (besides each run's workdir) gateway-host commands may write
     # (engine.commands.hostview: the rest of the home is read-only in the host view).
     "hostWritable": Spec("host_writable", "hostdirs"),

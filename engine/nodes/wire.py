@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine import jsontext
+from engine.principals import valid_name
 
 # 2: numbered events a gateway acknowledges (`seq`, `events.ack`), `instance`, `runs.status`. A gateway
 # of an older protocol would never acknowledge, and be sent every event again on each link: it is refused
@@ -13,7 +16,8 @@ from engine import jsontext
 PROTOCOL = 2
 PROTOCOLS_TAKEN = (1, 2)
 MAX_LINE = 16 * 1024 * 1024  # one frame; a longer line is a broken or hostile peer
-CAPS = ("system.run", "system.which", "sandbox", "sessions.watch", "runs.status")
+AGENT_REVOKE = "agent.revoke"  # gateway -> node: one of its agents was revoked (AgentRevoke)
+CAPS = ("system.run", "system.which", "sandbox", "sessions.watch", "runs.status", AGENT_REVOKE)
 ACK_EVENT = "events.ack"  # gateway -> node: every numbered event up to `upTo` was handled there
 
 
@@ -73,6 +77,45 @@ class Hello:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"bad hello: {exc}") from None
+
+
+@dataclass
+class AgentRevoke:
+    """`agent.revoke`'s params: the sending gateway's agent `agent` was revoked. The node ends every session
+    and run of that gateway's agent (never another gateway's agent of the same name) and refuses later runs
+    stamped with the revoked credential (`system.run`'s `credential`, `credential_stamp`); a new credential
+    (the agent added again) runs. `revocation` names this revocation: the gateway keeps it until the node
+    answered it (engine.nodes.revocations), and sends it again on every link until then."""
+
+    agent: str
+    revocation: str
+    credential: str = ""  # credential_stamp of the revoked credential; "" when it had none
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "revocation": self.revocation, "credential": self.credential}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AgentRevoke:
+        agent, revocation, credential = d.get("agent"), d.get("revocation"), d.get("credential") or ""
+        if not valid_name(agent):
+            raise WireError("agent.revoke: bad agent")
+        if not isinstance(revocation, str) or not _STAMP.match(revocation):
+            raise WireError("agent.revoke: bad revocation")
+        if not isinstance(credential, str) or (credential and not _STAMP.match(credential)):
+            raise WireError("agent.revoke: bad credential")
+        assert isinstance(agent, str)
+        return cls(agent, revocation, credential)
+
+
+_STAMP = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+def credential_stamp(credential: str) -> str:
+    """What a node is told of a credential (`principals.credential_id`, "" for none): a digest of its digest,
+    enough to tell one credential from another and nothing a gateway would take."""
+    if not credential:
+        return ""
+    return hashlib.sha256(b"exechost node credential\0" + credential.encode()).hexdigest()[:32]
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.sandbox import docker_ops, dockercg
+from engine.sandbox import docker_ops, dockercg, wsfs
 from engine.sandbox.manager import SandboxError, refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
@@ -334,7 +334,10 @@ class BrowserManager:
                 "shorter OPENCLAW_STATE_DIR."
             )
         try:
-            ensure_dir(settings.workspace_root, blay.workspace_dir)
+            if os.path.dirname(blay.workspace_dir) == settings.workspace_root:  # the scope's own workspace
+                wsfs.ensure(settings.workspace_root, blay.workspace_dir)  # (capped: engine.sandbox.wsfs)
+            else:
+                ensure_dir(settings.workspace_root, blay.workspace_dir)
             ensure_dir(str(statefs.state_dir()), blay.socket_dir)
         except WorkspaceError as exc:
             raise SandboxError(str(exc)) from None

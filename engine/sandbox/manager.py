@@ -14,7 +14,7 @@ from typing import Any
 from engine import fairpool, statefs
 from engine.errors import ExecHostError
 from engine.principals import MAIN_AGENT, key_owner
-from engine.sandbox import agentcap, bwrap, docker_ops
+from engine.sandbox import agentcap, bwrap, docker_ops, wsfs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
 from engine.sandbox.egress import forwarder
@@ -711,7 +711,8 @@ def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
     """Create or re-check, without following links, every workspace a container is about to mount."""
     own_workspace(settings, lay)
     try:
-        ensure_dir(settings.workspace_root, lay.sandbox_workspace)
+        # its own capped filesystem (engine.sandbox.wsfs: root only), mounted before any sandbox binds it
+        wsfs.ensure(settings.workspace_root, lay.sandbox_workspace)
         for path in {lay.workspace_dir, lay.agent_mount or lay.workspace_dir}:
             if path != lay.sandbox_workspace:
                 ensure_dir(_trusted_root(path, settings.workspace_root), path)

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.sandbox import docker_ops, dockercg
+from engine.sandbox import docker_ops, dockercg, wsfs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.registry import now_ms
 from engine.sandbox.settings import (
@@ -48,7 +48,7 @@ from engine.sandbox.settings import (
     state_id,
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
-from engine.sandbox.workspace import ensure_dir, give_dirs, workspace_user
+from engine.sandbox.workspace import give_dirs, workspace_user
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +128,19 @@ def _remove(name: str, workspace: str | None) -> None:
     docker_ops.remove(name)
     with contextlib.suppress(OSError):
         shutil.rmtree(sv.ctl_dir(name))  # fd-based: links inside are removed, never followed
-    if workspace and _POOL_DIR.match(os.path.basename(workspace)):
-        with contextlib.suppress(OSError):
-            st = os.lstat(workspace)
-            if stat.S_ISDIR(st.st_mode):  # (rmtree never follows a link inside)
-                shutil.rmtree(workspace)
+    if workspace:
+        _remove_workspace(workspace)
+
+
+def _remove_workspace(workspace: str) -> None:
+    """A spare's workspace gone, its filesystem too (engine.sandbox.wsfs); only while it is a pool dir."""
+    if not _POOL_DIR.match(os.path.basename(workspace)):
+        return
+    with contextlib.suppress(OSError):
+        st = os.lstat(workspace)
+        if stat.S_ISDIR(st.st_mode):  # (rmtree never follows a link inside)
+            wsfs.remove(os.path.dirname(workspace), workspace)
+            shutil.rmtree(workspace)
 
 
 def _label_workspace(value: str) -> tuple[str, str]:
@@ -323,7 +331,7 @@ class Pool:
         await asyncio.to_thread(docker_ops.ensure_image, settings.docker.image)
 
         def prepare() -> tuple[str, bool, str | None]:
-            ensure_dir(settings.workspace_root, workspace)
+            wsfs.ensure(settings.workspace_root, workspace)  # capped, as a scope's own (mounted before binds)
             sv.Channel(name).prepare()
             _, has_bb = sv.ensure_bin_dir()
             user = settings.docker.user or workspace_user(workspace)
@@ -393,7 +401,11 @@ class Pool:
             raise ClaimMissed(f"rename failed: {exc}") from None
         # From here the container bears the scope's name: any failure removes it, never returns it.
         try:
-            _rename_noreplace(entry.workspace, target)  # (something made it meanwhile: refused)
+            if os.path.ismount(entry.workspace):  # its own filesystem (wsfs): a mountpoint never renames
+                os.mkdir(target, 0o700)  # (something made it meanwhile: refused)
+                wsfs.move(settings.workspace_root, entry.workspace, target)
+            else:
+                _rename_noreplace(entry.workspace, target)  # (something made it meanwhile: refused)
             if not _same_dir(target, entry.ident):  # the very dir the container mounts
                 raise ClaimMissed("the spare's workspace was replaced")
             ctl = sv.ctl_dir(lay.name)
@@ -404,6 +416,7 @@ class Pool:
             os.rename(sv.ctl_dir(entry.name), ctl)
         except Exception as exc:
             docker_ops.remove(lay.name)
+            _remove_workspace(entry.workspace)  # (still the spare's when it did not move)
             raise ClaimMissed(f"claim failed: {exc}") from None
 
     # -- restart and prune -------------------------------------------------------------------------

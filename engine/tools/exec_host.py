@@ -17,7 +17,7 @@ from typing import Any
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostkeeper, hostprivate
+from engine.commands import hostkeeper, hostnet, hostprivate
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostview import HostViewError, Outside, joined, refuse_hidden_cwd
@@ -80,9 +80,11 @@ def host_outside(
             )
         ),
         workdir=workdir,
-        covered=workspace_roots(config),
+        covered=workspace_roots(config) + engine_credentials(),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
         private=private,
+        # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet)
+        net_agent=owner or agent_id if config.exec_for(agent_id).host_network == hostnet.OWN else None,
         chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
 
@@ -146,6 +148,26 @@ def engine_sockets() -> tuple[str, ...]:
     # By real path: bwrap resolves a destination through links as the view is built (/var/run -> /run),
     # and one bind hides every name for it.
     return tuple(sorted({os.path.realpath(p) for p in found if os.path.exists(p)}))
+
+
+def engine_credentials() -> tuple[str, ...]:
+    """The Docker engine's client credentials, as docker.from_env and the docker CLI find them: the TLS
+    client key of an engine over TCP (DOCKER_CERT_PATH, else ~/.docker) and the CLI's config dir
+    (DOCKER_CONFIG, else ~/.docker: registry logins, contexts naming engines and their keys). Covered
+    whole in the host view, present ones only (a dir made later re-makes the view: its identity is in the
+    kept view's key). Never `/`, the home or a directory holding it: that would cover every run's world
+    (docs/SECURITY.md)."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    named = [
+        os.environ.get("DOCKER_CERT_PATH"),
+        os.environ.get("DOCKER_CONFIG"),
+        os.path.join(home, ".docker"),
+    ]
+    found = {os.path.realpath(os.path.expanduser(p)) for p in named if p}
+    keep = [
+        d for d in found if os.path.isdir(d) and d != os.sep and not (home + os.sep).startswith(d + os.sep)
+    ]
+    return tuple(sorted(d for d in keep if d != home))
 
 
 def env_lines(env: Mapping[str, str] | None) -> list[str]:

@@ -6,8 +6,12 @@ import argparse
 import asyncio
 import contextlib
 import time
+from pathlib import Path
 
 from engine import principals, statefs
+from engine.config.loader import config_path, load_config
+from engine.nodes.revocations import Revocations
+from engine.nodes.wire import credential_stamp
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
 from engine.protocol.requests import AgentsRevoke, AgentsRotate
@@ -108,10 +112,24 @@ def _revoke_live(agent: str) -> dict[str, object] | None:
     return None
 
 
+def _owe_nodes(state: Path, agent: str, token: str | None) -> None:
+    """No gateway runs: the revoke waits for the next one's link to each node (engine.nodes.revocations),
+    so what the agent left running there ends then."""
+    try:
+        configured = bool(load_config(config_path()).nodes)
+    except Exception:  # (a config the gateway would refuse too: keep the revocation anyway)
+        configured = True
+    if configured:
+        Revocations(state).add(agent, credential_stamp(principals.credential_id(token) if token else ""))
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     live = _revoke_live(args.name)
     if live is None:
-        removed, dropped = principals.revoke(statefs.state_dir(), args.name), 0
+        state = statefs.state_dir()
+        old = principals.read_token(state, args.name)
+        removed, dropped = principals.revoke(state, args.name), 0
+        _owe_nodes(state, args.name, old)
     else:
         removed, dropped = bool(live.get("revoked")), int(live.get("dropped") or 0)  # type: ignore[call-overload]
     if not removed:

@@ -23,7 +23,7 @@ from engine.protocol.requests import (
     SandboxEgress,
     SandboxList,
 )
-from engine.sandbox import admin
+from engine.sandbox import admin, wsfs
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
 from engine.sandbox.settings import DEFAULT_IMAGE, layout, main_session_key, resolve_settings
@@ -386,6 +386,10 @@ def cmd_stage(args: argparse.Namespace) -> int:
     settings = resolve_settings(config, args.agent)
     lay = layout(settings, args.agent, args.session or main_session_key(args.agent))
     staged = []
+    try:  # its own filesystem mounted first (after a reboot): never files written under the mount
+        wsfs.ensure(settings.workspace_root, lay.sandbox_workspace)
+    except (OSError, WorkspaceError) as exc:
+        return _fail(exc)
     for name in args.files:
         try:
             with open(name, "rb") as fh:

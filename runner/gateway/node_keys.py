@@ -5,12 +5,15 @@ node can take it, connected or not). Kept on disk: node sessions outlive a gatew
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import logging
 import time
 from pathlib import Path
 
 from engine import jsontext, statefs
+from engine.nodes.select import normalize_node_key
 from engine.principals import key_owner
 
 log = logging.getLogger("exechost.gateway.nodes")
@@ -129,3 +132,17 @@ class NodeKeys:
 def _owner(key: str) -> str:
     """Whose share a key counts in: the agent it names, or "" (the operator) when it names none."""
     return key_owner(key) or ""
+
+
+def names_node(node_id: str, name: str, host: str, display_name: str | None) -> bool:
+    """Whether a node id would be read as this node's name, address or display name (engine.nodes.select
+    normalises names; an address is compared as the IP it is)."""
+    wanted = node_id.strip()
+    key = normalize_node_key(wanted)
+    if wanted in (name, host) or (
+        key and key in {normalize_node_key(name), normalize_node_key(display_name or "")}
+    ):
+        return True
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(host)) == wanted
+    return False

@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.approvals.pending import ApprovalRecord
 from engine.nodes.link import NodeLink
+from engine.nodes.wire import Response
 from engine.results import ToolResult
 from engine.sessions.outtext import sanitize
 from engine.tools import exec_asks
@@ -100,3 +101,13 @@ def follow_up(run: NodeRun, result: ToolResult) -> str:
     head = f"Exec finished (node={run.link.name}{sandbox} {ref}, {code})"
     tail = compact(str(d.get("aggregated") or ""), FOLLOWUP_OUTPUT_CHARS)
     return f"{head}\n{tail}" if tail else head
+
+
+def left_running(node: str, call: asyncio.Future[Response]) -> str | None:
+    """The node session a run's answer left running (`node:<node>:<id>`), or None."""
+    if call.cancelled() or call.exception() is not None:
+        return None
+    res = call.result()
+    payload = (res.payload or {}) if res.ok else {}
+    sid = payload.get("sessionId")
+    return f"node:{node}:{sid}" if payload.get("status") == "running" and isinstance(sid, str) else None

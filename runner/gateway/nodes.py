@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import time
 import uuid
@@ -13,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from engine.jsontext import INT_MAX
 from engine.nodes.gateway_key import GatewayKey
 from engine.nodes.link import NodeError, NodeLink
-from engine.nodes.select import Candidate, NodeSelectError, normalize_node_key, select_node
-from engine.nodes.wire import Hello, NodeEvent, Request, Response
+from engine.nodes.revocations import Revocations
+from engine.nodes.select import Candidate, NodeSelectError, select_node
+from engine.nodes.wire import Hello, NodeEvent, Request, Response, credential_stamp
 from engine.policy.decision import Decision
 from engine.principals import key_owner
 from engine.protocol.requests import ExecRequest
@@ -23,10 +23,18 @@ from engine.tools.exec import ExecContext
 from runner.gateway import node_limits as limits
 from runner.gateway.node_asks import relay_approval
 from runner.gateway.node_events import NodeEvents, session_row
-from runner.gateway.node_keys import NodeKeys
+from runner.gateway.node_keys import NodeKeys, names_node
 from runner.gateway.node_orphans import Orphans
 from runner.gateway.node_output import NodeOutputFeed
-from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
+from runner.gateway.node_revoke import NodeRevoke
+from runner.gateway.node_runs import (
+    NodeRun,
+    denied_result,
+    follow_up,
+    left_running,
+    pending_result,
+    waiting_data,
+)
 from runner.gateway.node_sessions import NodeSessions
 
 if TYPE_CHECKING:
@@ -35,30 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("exechost.gateway.nodes")
 
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
-
-
-def _left_running(node: str, call: asyncio.Future[Response]) -> str | None:
-    """The node session a run's answer left running (`node:<node>:<id>`), or None."""
-    if call.cancelled() or call.exception() is not None:
-        return None
-    res = call.result()
-    payload = (res.payload or {}) if res.ok else {}
-    sid = payload.get("sessionId")
-    return f"node:{node}:{sid}" if payload.get("status") == "running" and isinstance(sid, str) else None
-
-
-def _names_node(node_id: str, name: str, host: str, display_name: str | None) -> bool:
-    """Whether a node id would be read as this node's name, address or display name (engine.nodes.select
-    normalises names; an address is compared as the IP it is)."""
-    wanted = node_id.strip()
-    key = normalize_node_key(wanted)
-    if wanted in (name, host) or (
-        key and key in {normalize_node_key(name), normalize_node_key(display_name or "")}
-    ):
-        return True
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.ip_address(host)) == wanted
-    return False
 
 
 class NodeHub:
@@ -80,6 +64,10 @@ class NodeHub:
         self.events = NodeEvents(services, self._runs, self.orphans, self.keys, self.feed)
         services.output.remote = self.feed  # node output goes through the same fan-out as local output
         services.approvals.generations.listen(self._revoked)
+        # `agents revoke` on every node, and on each later link to one that has not answered it.
+        self.revocations = NodeRevoke(
+            Revocations(services.state_dir), self.sync, lambda: self.services.config().nodes
+        )
 
     def sync(self) -> dict[str, NodeLink]:
         nodes = self.services.config().nodes
@@ -169,7 +157,7 @@ class NodeHub:
         for name, cfg in nodes.items():
             # A node id is the node's own word, and selection ranks an exact id above the operator's own
             # facts about a node (its address, its display name): an id naming another node is refused.
-            if name != link.name and _names_node(hello.node_id, name, cfg.host, cfg.display_name):
+            if name != link.name and names_node(hello.node_id, name, cfg.host, cfg.display_name):
                 log.warning(
                     "node %s claims node id %r, which names node %s; refused", link.name, hello.node_id, name
                 )
@@ -202,7 +190,9 @@ class NodeHub:
         self.keys.pin(link.name, hello.node_id)
 
     def _on_connected(self, link: NodeLink) -> None:
-        """A link is through: the runs the last one left without an answer are settled (runs.status)."""
+        """A link is through: the runs the last one left without an answer are settled (runs.status), and
+        the revocations its node has not answered go to it."""
+        self.revocations.linked(link)
         if self.orphans.waiting(link.name):
             task = asyncio.ensure_future(self.orphans.settle(link))
             self._tasks.add(task)
@@ -261,6 +251,8 @@ class NodeHub:
             "background": bool(given.background),
             "pty": bool(given.pty),
             "sandbox": sandboxed,
+            # Which credential asked (a digest of its digest): a node told of its revoke refuses it.
+            "credential": credential_stamp(ctx.credential),
         }
         # Room for the node's ask to be answered here, then for the command itself.
         wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5
@@ -361,7 +353,7 @@ class NodeHub:
         key = (run.link.name, run.run_id)
         self._runs.pop(key, None)
         self._settle(run)
-        self.held.answered(run.run_id, _left_running(run.link.name, call))
+        self.held.answered(run.run_id, left_running(run.link.name, call))
         lost = not call.cancelled() and isinstance(call.exception(), NodeError)
         if lost and getattr(call.exception(), "error_code", "") == "NODE_LINK_LOST" and not run.ended:
             self.orphans.keep(run)
@@ -614,6 +606,7 @@ class NodeHub:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.revocations.close()
         for link in list(self.links.values()):
             with contextlib.suppress(Exception):
                 await link.close()

@@ -412,17 +412,24 @@ class GatewayServer:
             self.connections.discard(conn)  # no event of anyone's reaches it from now on
         self._revoking.add(agent)  # a handshake finishing meanwhile is refused; after, it looks again
         try:
+            old = await asyncio.to_thread(principals.read_token, self.state_dir, agent)
             removed = await asyncio.to_thread(principals.revoke, self.state_dir, agent)
         finally:
             self._revoking.discard(agent)
             self._revocations += 1
-        # What it asked before the revoke is not run after it: its pending asks are denied, and a run
-        # approved but not started yet never starts.
+        # What it asked before the revoke is not run after it: its pending asks are denied, a run approved
+        # but not started yet never starts, and its sandboxes' egress refuses from now on (a new generation).
         self.services.approvals.revoke_agent(agent)
         # and what it left running on the gateway host stops: every process of its host runs' group
         await asyncio.to_thread(bwraplimits.kill_host_group, agent)
         await self._drop(conns)
         await self.recheck()
+        # and on every node (one down now hears it on its next link: engine.nodes.revocations); the answer
+        # waits for the nodes that are up
+        try:
+            await self.services.nodes.revocations.revoke(agent, principals.credential_id(old) if old else "")
+        except Exception:  # (the file could not be written: the revoke here stands, and says so in the log)
+            log.exception("agent %s: the revocation could not be kept for its nodes", agent)
         return removed, len(conns)
 
     async def rotate_agent(self, agent: str) -> tuple[str, int]:

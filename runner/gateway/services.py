@@ -186,6 +186,8 @@ class Services:
         self.journal.start()
         self.output.start()
         await self.egress.start()
+        # Revocations a node did not answer (it was down, or no gateway ran): told as soon as it links.
+        self.nodes.revocations.start()
         self._hook_sandbox_progress()
         # Ready sandbox containers (adopted from the last gateway, or made now), off the start path.
         self._pool_start = asyncio.get_running_loop().create_task(self._start_sandbox_pool())

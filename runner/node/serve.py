@@ -24,6 +24,7 @@ from engine.nodes import gateway_key
 from engine.nodes.identity import load_or_create
 from engine.nodes.wire import (
     ACK_EVENT,
+    AGENT_REVOKE,
     CAPS,
     MAX_LINE,
     Hello,
@@ -41,6 +42,7 @@ from runner.node.budget import BadFrames
 from runner.node.links import Links, Output
 from runner.node.quota import NodeQuota
 from runner.node.relay import relay_to_service
+from runner.node.revoke import Revoked, RevokeError
 from runner.node.runs import RunLedger
 from runner.node.sysrun import ID, SPLIT_CAP, RunError, SystemRun
 
@@ -114,6 +116,7 @@ class NodeServer:
             self.approvals, self.store, self.grants, state_dir, self.sandbox_config, self.runs_in_flight
         )
         self._egress_started = False
+        self.revoked = Revoked(self.sessions, self.approvals.generations)  # the gateways' revoked agents
         self.system = SystemRun(
             self.tool,
             self.sandbox_tool,
@@ -122,6 +125,7 @@ class NodeServer:
             self.approvals,
             self.links.emit,
             self.runs_in_flight,
+            self.revoked,
         )
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
@@ -194,6 +198,11 @@ class NodeServer:
                     res = Response(req.id, True, payload=self.runs.status(req.params.get("runIds")))
                 except ValueError as exc:
                     raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
+            elif req.method == AGENT_REVOKE:
+                try:
+                    res = Response(req.id, True, payload=await self.revoked.revoke(req.params))
+                except RevokeError as exc:
+                    raise RunError("INVALID_REQUEST", str(exc)) from None
             elif req.method == "ping":
                 res = Response(req.id, True, payload={"pong": True, "nodeId": self.identity.node_id})
             elif req.method == "process":

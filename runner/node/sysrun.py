@@ -16,6 +16,7 @@ from engine.tools.exec import ExecContext, ExecTool
 from runner.node import gateways
 from runner.node.approvals import CURRENT_RUN, RelayedApprovals
 from runner.node.quota import GATEWAY_BUDGET
+from runner.node.revoke import Revoked
 from runner.node.runs import RunLedger
 
 OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run result (the tail is kept)
@@ -75,6 +76,7 @@ class SystemRun:
         approvals: RelayedApprovals,
         emit: Callable[[NodeEvent], Awaitable[None]],
         runs_in_flight: dict[str, list[tuple[str, str]]],
+        revoked: Revoked | None = None,
     ) -> None:
         self.tool = tool
         self.sandbox_tool = sandbox_tool
@@ -84,6 +86,11 @@ class SystemRun:
         self._emit = emit
         # agent -> (the gateway's namespace, its run id) of the runs running here
         self.runs_in_flight = runs_in_flight
+        self.revoked = revoked  # the gateways' revoked credentials (agent.revoke): their runs refused
+
+    def _refused(self, agent_id: str, p: dict[str, Any]) -> bool:
+        ns = gateways.CURRENT_GATEWAY.get()
+        return self.revoked is not None and self.revoked.refused(ns, agent_id, p.get("credential"))
 
     async def run(self, p: dict[str, Any]) -> dict[str, Any]:
         text = command_text(p.get("command"), p.get("rawCommand"))
@@ -93,6 +100,8 @@ class SystemRun:
         for label, value in (("agentId", agent_id), ("sessionKey", session_key), ("runId", run_id or "x")):
             if not isinstance(value, str) or not ID.match(value):
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
+        if self._refused(agent_id, p):
+            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: agent {agent_id} was revoked")
         if not run_id:
             return await self._run(p, text, agent_id, session_key, run_id)
         self.runs.began(run_id)
@@ -183,6 +192,12 @@ class SystemRun:
             if said:
                 extra["operatorReason"] = said
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {reason}", extra)
+        if details.get("status") == "running" and self._refused(agent_id, p):
+            # Its agent's revoke came while this run was decided: what it started ends with the rest.
+            session = self.sessions.get(str(details.get("sessionId") or ""))
+            if session is not None:
+                self.sessions.request_kill(session)
+            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: agent {agent_id} was revoked")
         if details.get("status") == "running" and background:
             return {
                 "status": "running",

@@ -607,6 +607,7 @@ async def test_the_gateway_reads_max_connections_per_agent_as_the_config_changes
     """The hub's cap follows the agent's own key over the global one, and a reloaded config at once."""
     from types import SimpleNamespace
 
+    from engine.approvals.generations import Generations
     from runner.egress import EgressHub
 
     text = (
@@ -614,7 +615,8 @@ async def test_the_gateway_reads_max_connections_per_agent_as_the_config_changes
         '[[agents.list]]\nid = "b"\nsandbox.egress.maxConnections = 3\n'
     )
     current = {"config": load_config_text(text)}
-    services = SimpleNamespace(state_dir=tmp_path, config=lambda: current["config"])
+    approvals = SimpleNamespace(generations=Generations())  # (the hub follows revokes through it)
+    services = SimpleNamespace(state_dir=tmp_path, config=lambda: current["config"], approvals=approvals)
     hub = EgressHub(services)  # type: ignore[arg-type]
     try:
         assert (hub.cap("main"), hub.cap("b")) == (7, 3)

@@ -168,8 +168,11 @@ async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_di
     """SECURITY.md: "Nothing the agent sends after the revoke is acted upon". Agent ops (a credential,
     security=full: trusted with the host until revoked) leaves a background run listening on loopback;
     the operator revokes ops; the agent's own process (any local account reaches loopback) sends a command
-    to its listener, and it runs on the gateway host."""
-    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    to its listener, and it runs on the gateway host. In the host's network (hostNetwork = "host": with
+    the default, the agent's loopback is its host runs' own, and no process outside reaches it at all)."""
+    write_config(
+        state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostNetwork = "host"\n'
+    )
     token = principals.mint(state_dir, "ops")
     port = _free_port()
     async with gateway(state_dir):
@@ -760,9 +763,14 @@ async def test_a_script_operand_linked_into_the_state_dir_is_not_sealed_into_the
 
 # The operator's program (an X server, a session bus) on an abstract datagram socket: in no directory.
 @needs_bwrap
-async def test_an_abstract_datagram_socket_outside_the_run_takes_no_datagram(state_dir: Path) -> None:
+@pytest.mark.parametrize("network", ["host", "own"])
+async def test_an_abstract_datagram_socket_outside_the_run_takes_no_datagram(
+    state_dir: Path, network: str
+) -> None:
     """The landlock scope (hostenter.c, ABI 6) is tested for stream connects; a datagram sendto(2) to an
-    abstract address made outside the run is the other way in, and is refused too (EPERM)."""
+    abstract address made outside the run is the other way in, and is refused too (EPERM). In the
+    host's network (hostNetwork = "host") the scope alone refuses it; in the agent's own (the default) the
+    abstract name is not even there (abstract names are per network namespace): refused either way."""
     name = f"\0a10-operator-{os.getpid()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
         listener.bind(name)
@@ -771,10 +779,11 @@ async def test_an_abstract_datagram_socket_outside_the_run_takes_no_datagram(sta
             'python3 -c "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); '
             f"s.sendto(b'from-a-host-run', '\\\\0{name[1:]}')\""
         )
-        write_config(state_dir, FULL_HOST)
+        write_config(state_dir, FULL_HOST + f'hostNetwork = "{network}"\n')
         async with gateway(state_dir):
             details = await _exec(state_dir, send)
-        assert "PermissionError" in str(details["_text"]), details
+        refused = ("PermissionError",) if network == "host" else ("PermissionError", "ConnectionRefusedError")
+        assert any(r in str(details["_text"]) for r in refused), details
         with pytest.raises(BlockingIOError):
             listener.recv(100)
 

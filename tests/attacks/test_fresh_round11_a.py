@@ -56,12 +56,6 @@ def _asks_of(rows: list[dict[str, Any]], agent: str) -> list[dict[str, Any]]:
     return [r for r in rows if (r.get("agentId") or (r.get("request") or {}).get("agentId")) == agent]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents revoke` leaves the agent's sandboxes' egress proxy serving as the agent: its "
-    "allowlisted names still connect and an unknown name still files a fresh ask as the revoked agent "
-    "(runner/egress.py registers with no credential generation; the listener is its authority by place)",
-)
 async def test_class1_a_revoked_agents_sandbox_still_egresses_and_asks_as_it(state_dir: Path) -> None:
     with origin() as site:
         write_config(state_dir, _egress_config(site.port))
@@ -106,12 +100,6 @@ async def test_class1_a_revoked_agents_sandbox_still_egresses_and_asks_as_it(sta
                 await operator.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the Docker engine the gateway uses over TCP (DOCKER_HOST=tcp://…, as docker.from_env "
-    "reads it) is every host run's: exec_host.engine_sockets hides only unix sockets, host runs share the "
-    "host's network namespace, and the engine's TLS client key (DOCKER_CERT_PATH, ~/.docker) is not hidden",
-)
 async def test_class1_the_gateways_docker_engine_over_tcp_is_a_host_runs(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,12 +129,6 @@ async def test_class1_the_gateways_docker_engine_over_tcp_is_a_host_runs(
     assert "ENGINEKEY-r11a" not in output, f"a host run read the engine's TLS key: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents revoke` stops the agent's gateway-host runs (its pids group) but sends nothing to "
-    "its nodes: a background run it left on a node keeps running as it after the revoke "
-    "(runner/gateway/nodes._revoked only denies asks of runs in flight)",
-)
 async def test_class1_a_revoked_agents_background_run_on_a_node_keeps_running(
     state_dir: Path,
     sshd_nodes: list[SshdNode],  # noqa: F811
@@ -582,15 +564,8 @@ async def test_class1_one_gateways_allow_always_on_a_shared_node_is_another_gate
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every agent's host runs share the host's network namespace: agent ops's dev server on "
-    "127.0.0.1 (here serving its own private /tmp) answers agent main's host run, around the private "
-    "dirs that keep their files apart (and every loopback service of the operator's answers both)",
-)
 async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: Path) -> None:
     import os
-    import socket
 
     from tests.helpers.egress import free_port
 
@@ -614,11 +589,14 @@ async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: P
             )
             sid = served["details"].get("sessionId")
 
-            def listening() -> bool:
-                with socket.socket() as s:
-                    return s.connect_ex(("127.0.0.1", port)) == 0
+            async def ops_reaches_it() -> bool:
+                # ops's own later runs reach its server (it is up once one does): the agent's loopback
+                own = await operator.request(
+                    "exec", {**ops, "command": f"curl -sS --max-time 5 http://127.0.0.1:{port}/ops-note.txt"}
+                )
+                return "OPS-PRIVATE-r11a" in str(own["details"].get("aggregated") or own["text"])
 
-            await wait_until(listening, timeout=30)
+            await wait_until(ops_reaches_it, timeout=30)
             seen = await operator.request(
                 "exec",
                 {

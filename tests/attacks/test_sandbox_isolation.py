@@ -15,7 +15,7 @@ from engine.results import ToolError
 from engine.sandbox import SandboxManager, docker_ops, prepare_exec
 from engine.sandbox.settings import layout, resolve_settings
 from tests.engine.sandbox.test_sandbox_docker import run
-from tests.helpers.sandbox import IMAGE, build_test_image, remove_labelled
+from tests.helpers.sandbox import IMAGE, build_test_image, remove_labelled, unmount_workspace
 
 pytestmark = pytest.mark.docker
 
@@ -81,6 +81,7 @@ async def test_a_workspace_replaced_by_a_link_is_refused_before_create(
     mgr.remove_runtime(sx.container)
     host_dir = tmp_path / "host"
     host_dir.mkdir()
+    unmount_workspace(victim_dir)  # (mounted, it cannot be renamed at all: engine.sandbox.wsfs)
     os.rename(victim_dir, tmp_path / "moved-away")
     victim_dir.symlink_to(host_dir)
     with pytest.raises(ToolError, match="is a link"):

@@ -16,7 +16,7 @@ from engine.sandbox import supervisor as sv
 from engine.sandbox.pool import _POOL_DIR, is_pool_name
 from engine.sandbox.settings import container_name, layout, resolve_settings
 from tests.engine.sandbox.test_sandbox_docker import config, inspect, run
-from tests.helpers.sandbox import build_test_image, remove_labelled
+from tests.helpers.sandbox import build_test_image, remove_labelled, unmount_workspace
 
 RUN_ID = f"attpool-{os.getpid()}-{secrets.token_hex(3)}"
 LABELS = {"exechost.test": RUN_ID}
@@ -69,7 +69,9 @@ async def test_what_one_scope_leaves_never_reaches_the_next_through_the_pool(
     third = await prepare_exec(cfg, "main", "agent:main:three", None, manager=mgr)
     await run(third, f"echo A > /.exechost/planted; ln -s {victim_host} /.exechost/link")
     mgr.remove_runtime(third.container)
-    os.rmdir(layout(resolve_settings(cfg, "main"), "main", "agent:main:three").sandbox_workspace)
+    three = layout(resolve_settings(cfg, "main"), "main", "agent:main:three").sandbox_workspace
+    unmount_workspace(three)
+    os.rmdir(three)
     await mgr.pool.settle()
     again = await prepare_exec(cfg, "main", "agent:main:three", None, manager=mgr)
     assert docker_ops.POOL_LABEL in inspect(again.container)["Config"]["Labels"]  # claimed
@@ -87,6 +89,7 @@ async def test_a_spare_whose_workspace_was_swapped_between_gateways_is_never_ado
     (entry,) = mgr.pool.ready()
     await mgr.stop_pool()
     # Between two gateways something replaces the spare's (empty) workspace with one holding a payload.
+    unmount_workspace(entry.workspace)
     os.rmdir(entry.workspace)
     os.mkdir(entry.workspace, 0o700)
     Path(entry.workspace, "payload.sh").write_text("echo owned\n")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from engine.sandbox import docker_ops
+from engine.sandbox import docker_ops, wsfs
 
 IMAGE = "exechost-sbxtest:latest"
 
@@ -23,3 +25,10 @@ def build_test_image() -> str:
         pytest.skip(str(exc))
     docker_ops.build_image([IMAGE], lambda _line: None)
     return IMAGE
+
+
+def unmount_workspace(path: str | os.PathLike[str]) -> None:
+    """A sandbox workspace as it was before it had a filesystem of its own (engine.sandbox.wsfs, root
+    only): its mount detached and its image removed, so a test can rename, remove or replace the dir."""
+    path = os.fspath(path)
+    wsfs.remove(os.path.dirname(path), path)

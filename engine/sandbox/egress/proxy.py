@@ -32,6 +32,7 @@ from engine.config.egress import MAX_CONNECTIONS, Pattern
 from engine.principals import SHARED_SCOPE
 from engine.sandbox.egress import handoff, httphead, sockio, socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
+from engine.sandbox.egress.dialects import Http, Socks, refusal
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,9 @@ class Request:
     name: str
     port: int
     method: str
+    # The agent's credential generation its sandbox was last served under (engine.approvals.generations),
+    # None for the shared sandbox (nobody's own): the decider refuses a request of an older one than now.
+    generation: int | None = None
 
     @property
     def tunnel(self) -> bool:
@@ -141,6 +145,17 @@ class _Listener:
     active: int = 0
     closing: int = 0
     drained: asyncio.Event = field(default_factory=asyncio.Event)  # set while closing < CLOSING_MAX
+    generation: int | None = None  # its agent's credential generation when a run of its last served it
+
+
+@dataclass(eq=False)
+class _Live:
+    """One connection past its head, as `cut` reaches it: its sockets, and whether it was cut."""
+
+    client: socket.socket
+    upstream: socket.socket | None = None
+    cut: bool = False
+    relaying: bool = False  # past its answer: a cut shuts its sockets (before, it is refused and answered)
 
 
 class EgressProxy:
@@ -157,21 +172,32 @@ class EgressProxy:
         self.active = 0  # connections of every sandbox
         self.open: dict[str, int] = {}  # per principal: connections from accept to close
         self.held: dict[str, int] = {}  # per principal: connections past their head (deciding or relaying)
+        self._live: dict[str, set[_Live]] = {}  # per agent: connections past their head (for `cut`)
 
     def listening(self, sandbox: str) -> bool:
         known = self._listeners.get(sandbox)
         return known is not None and not known.task.done() and os.path.exists(known.path)
 
     async def listen(
-        self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None, shared: bool = False
+        self,
+        sandbox: str,
+        agent_id: str,
+        directory: Path,
+        uid: int | None = None,
+        shared: bool = False,
+        generation: int | None = None,
     ) -> None:
         """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect).
         `shared`: the shared-scope sandbox, whose connections are recorded as the principal SHARED (and
-        counted against one cap together), decided under `agent_id`'s settings, the global ones."""
+        counted against one cap together), decided under `agent_id`'s settings, the global ones.
+        `generation`: the agent's credential generation this serving is under (each request carries it)."""
         known = self._listeners.get(sandbox)
         if known is not None and self.listening(sandbox):
             # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several),
-            # and re-binding would refuse connects meanwhile.
+            # and re-binding would refuse connects meanwhile. A run of the agent's current credential
+            # served it again: its requests are that generation's from now on.
+            if known.agent_id == agent_id:
+                known.generation = generation
             return
         if known is not None:
             self.stop(sandbox)
@@ -192,7 +218,9 @@ class EgressProxy:
         path = str(directory / "proxy.sock")
         task = asyncio.get_running_loop().create_task(self._accept(sandbox, sock))
         principal = SHARED if shared else agent_id
-        self._listeners[sandbox] = _Listener(sandbox, agent_id, principal, path, sock, task)
+        self._listeners[sandbox] = _Listener(
+            sandbox, agent_id, principal, path, sock, task, generation=generation
+        )
         self._listeners[sandbox].drained.set()
 
     def stop(self, sandbox: str) -> None:
@@ -200,6 +228,19 @@ class EgressProxy:
         if known is not None:
             known.task.cancel()
             known.sock.close()
+
+    def cut(self, agent_id: str) -> int:
+        """End every connection of `agent_id`'s sandboxes past its head at once (its agent was revoked): a
+        relay's sockets shut, so it ends in both directions; one still deciding or connecting is refused
+        (and answered so) before it relays a byte. The number cut."""
+        live = self._live.get(agent_id, set())
+        for entry in live:
+            entry.cut = True
+            for sock in (entry.client, entry.upstream) if entry.relaying else ():
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+        return len(live)
 
     async def close(self) -> None:
         for name in list(self._listeners):
@@ -281,7 +322,13 @@ class EgressProxy:
                 handed = True
                 client = await taken
                 if client is not None:
-                    await self.serve(client, listener.agent_id, listener.sandbox, listener.principal)
+                    await self.serve(
+                        client,
+                        listener.agent_id,
+                        listener.sandbox,
+                        listener.principal,
+                        generation=listener.generation,
+                    )
         finally:
             if not handed:
                 self._release(listener, conn)
@@ -294,7 +341,13 @@ class EgressProxy:
     # -- one connection ---------------------------------------------------------------------------
 
     async def serve(
-        self, client: socket.socket, agent_id: str, sandbox: str, principal: str | None = None
+        self,
+        client: socket.socket,
+        agent_id: str,
+        sandbox: str,
+        principal: str | None = None,
+        *,
+        generation: int | None = None,
     ) -> None:
         """Read the request (HTTP, or SOCKS5 when its first byte says so), decide, connect, relay; always
         one record (unless the client sent nothing at all), and every refusal answered."""
@@ -304,15 +357,16 @@ class EgressProxy:
         rec = Connection(agent_id, sandbox, "", 0, "", "refused", "", "proxy", startedAtMs=_now_ms())
         rec.principal = who
         upstream: socket.socket | None = None
-        talk: _Http | _Socks = _Http(client)
+        talk: Http | Socks = Http(client)
         counted = False
+        live = _Live(client)
         try:
             client.setblocking(False)  # (for the loop's sake only: sockio never depends on it)
             try:
                 async with asyncio.timeout(HEAD_TIMEOUT_SEC):
                     first = await sockio.recv(client, 16384)
                     if first[:1] == bytes([socks.VERSION]):
-                        talk = _Socks(client)
+                        talk = Socks(client)
                     parsed = await talk.read(first)
             except httphead.BadRequest as exc:
                 rec.rule, rec.method = str(exc), talk.method
@@ -341,15 +395,17 @@ class EgressProxy:
             if self.held.get(who, 0) >= cap:
                 # Before the decision: a capped sandbox makes no asks either.
                 rec.rule = f"{who} holds {cap} proxy connections already (sandbox.egress.maxConnections)"
-                rec.status = await talk.refuse("busy", _refusal(name, port, rec.rule))
+                rec.status = await talk.refuse("busy", refusal(name, port, rec.rule))
                 return
             self.held[who] = self.held.get(who, 0) + 1
             counted = True
-            request = Request(agent_id, sandbox, name, port, method)
+            if generation is not None:  # the agent's own sandbox (not the shared one): a revoke cuts it
+                self._live.setdefault(agent_id, set()).add(live)
+            request = Request(agent_id, sandbox, name, port, method, generation)
             decision = await self.decide(request)
             rec.rule, rec.decidedBy = decision.rule, decision.by
             if not decision.allowed:
-                rec.status = await talk.refuse("forbidden", _refusal(name, port, decision.rule))
+                rec.status = await talk.refuse("forbidden", refusal(name, port, decision.rule))
                 return
             try:
                 target = await resolve(
@@ -358,11 +414,11 @@ class EgressProxy:
             except Refused as exc:
                 rec.rule = f"{decision.rule}; refused: {exc}"
                 rec.detail = exc.detail
-                rec.status = await talk.refuse("forbidden", _refusal(name, port, str(exc)))
+                rec.status = await talk.refuse("forbidden", refusal(name, port, str(exc)))
                 return
             rec.address = target.address
             try:
-                upstream = await _connect(loop, target)
+                upstream = live.upstream = await _connect(loop, target)
             except OSError as exc:
                 # (asyncio's own message names the address: "Connect call failed ('10.0.0.5', 80)")
                 why = os.strerror(exc.errno) if exc.errno else exc.__class__.__name__
@@ -370,6 +426,11 @@ class EgressProxy:
                 # (the address stays in the record: a `resolve` entry may map the name somewhere private)
                 rec.status = await talk.refuse("unreachable", f"exechost egress: {name}:{port}: {why}")
                 return
+            if live.cut:  # its agent was revoked while this was decided or connected: not a byte relayed
+                rec.rule = f"{decision.rule}; then the agent {agent_id} was revoked"
+                rec.status = await talk.refuse("forbidden", refusal(name, port, "agent revoked"))
+                return
+            live.relaying = True  # (no await since the check above: a cut from now on shuts it)
             rec.decision = "allowed"
             rec.status = await talk.established()
             more: int | None = None  # body bytes still to come from the client (None: no end)
@@ -388,6 +449,11 @@ class EgressProxy:
                 self.held[who] -= 1
                 if not self.held[who]:
                     del self.held[who]
+                mine = self._live.get(agent_id)
+                if mine is not None:
+                    mine.discard(live)
+                    if not mine:
+                        del self._live[agent_id]
             if upstream is not None:
                 upstream.close()
             if rec.name or rec.status or rec.rule:
@@ -416,92 +482,6 @@ class EgressProxy:
         down = loop.run_in_executor(self._pool, _pump, upstream, client)
         sent_up, sent_down = await asyncio.gather(up, down)
         return sent_up, sent_down
-
-
-_HTTP_REFUSALS = {
-    "bad": (400, "Bad Request"),
-    "timeout": (408, "Request Timeout"),
-    "forbidden": (403, "Forbidden"),
-    "busy": (429, "Too Many Requests"),
-    "unreachable": (502, "Bad Gateway"),
-}
-_SOCKS_REFUSALS = {
-    "bad": socks.GENERAL_FAILURE,
-    "timeout": socks.GENERAL_FAILURE,
-    "forbidden": socks.NOT_ALLOWED,
-    "busy": socks.NOT_ALLOWED,
-    "unreachable": socks.HOST_UNREACHABLE,
-}
-ANSWER_TIMEOUT_SEC = 5.0  # a refusal fits any socket buffer; a client that will not take it is left
-# method, name, port, head to send upstream, bytes read after it, body length (None: a tunnel's, no end)
-Parsed = tuple[str, str, int, bytes, bytes, int | None]
-
-
-class _Http:
-    """HTTP forward proxying: an absolute-form request, or CONNECT; refusals are HTTP answers."""
-
-    method = "HTTP"
-
-    def __init__(self, client: socket.socket) -> None:
-        self.client = client
-        self.connect = False
-
-    async def read(self, first: bytes) -> Parsed | None:
-        head, rest = await httphead.read_head(self.client, first)
-        if not head:
-            return None
-        method, name, port, forward, body = httphead.parse(head)
-        self.method, self.connect = method, method == "CONNECT"
-        return method, name, port, forward, rest, body
-
-    async def refuse(self, kind: str, text: str) -> int:
-        code, reason = _HTTP_REFUSALS[kind]
-        with contextlib.suppress(OSError, TimeoutError):
-            async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
-                await httphead.answer(self.client, code, reason, text)
-        return code
-
-    async def established(self) -> int | None:
-        if self.connect:
-            await sockio.sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
-            return 200
-        return None
-
-
-class _Socks:
-    """SOCKS5 CONNECT (engine.sandbox.egress.socks); refusals are SOCKS reply codes."""
-
-    method = socks.METHOD
-
-    def __init__(self, client: socket.socket) -> None:
-        self.client = client
-        self.answered = False
-        self.code: int | None = None  # the handshake's own reply to a request it refused
-
-    async def read(self, first: bytes) -> Parsed | None:
-        try:
-            name, port, rest = await socks.handshake(self.client, first)
-        except socks.SocksError as exc:
-            self.answered, self.code = exc.code is None, exc.code  # (the greeting's refusal went already)
-            raise httphead.BadRequest(str(exc)) from None
-        return self.method, name, port, b"", rest, None
-
-    async def refuse(self, kind: str, text: str) -> int:
-        code = self.code if kind == "bad" and self.code is not None else _SOCKS_REFUSALS[kind]
-        if not self.answered:
-            self.answered = True
-            with contextlib.suppress(OSError, TimeoutError):
-                async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
-                    await sockio.sendall(self.client, socks.reply(code))
-        return code
-
-    async def established(self) -> int:
-        await sockio.sendall(self.client, socks.reply(socks.SUCCEEDED))
-        return socks.SUCCEEDED
-
-
-def _refusal(name: str, port: int, why: str) -> str:
-    return f"exechost egress refused {name}:{port}: {why}"
 
 
 async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:

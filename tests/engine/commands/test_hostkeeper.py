@@ -384,3 +384,34 @@ def test_a_host_run_is_refused_the_persistent_keyring_and_keeps_its_other_keyctl
     assert done.returncode == 0, done.stderr
     assert f"persistent -1 {errno.EPERM}" in done.stdout
     assert "session True" in done.stdout
+
+
+def test_a_keeper_whose_bwrap_failed_its_setup_is_started_again(state_dir: Path, tmp_path: Path) -> None:
+    """bwrap's setup fails now and then while the host's mount table changes under it (a source's path
+    resolved to another mount), before anything of a run has started: the keeper is started again, and its
+    runs do not fall back to a bwrap of their own, which could meet the same change."""
+    real = shutil.which("bwrap")
+    assert real is not None
+    tries = tmp_path / "tries"
+    flaky = tmp_path / "bwrap"
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f"echo try >> {tries}\n"
+        f'if [ "$(wc -l < {tries})" -eq 1 ]; then\n'
+        '  echo "bwrap: Race condition binding dirfd" >&2; exit 1\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    flaky.chmod(0o755)
+    helper = hostkeeper.helper_path()
+    assert helper is not None
+    ops = hostview.view_args(str(state_dir))
+    key = hostkeeper.view_key(str(flaky), helper, str(state_dir), ops)
+    keeper = hostkeeper.ensure(key, str(state_dir), str(flaky), helper, ops)
+    try:
+        assert keeper is not None and keeper.alive()
+        assert tries.read_text().split() == ["try", "try"]
+    finally:
+        if keeper is not None:
+            hostkeeper._keepers.pop(str(state_dir), None)
+            keeper.stop()

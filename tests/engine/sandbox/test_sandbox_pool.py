@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.sandbox import SandboxManager, docker_ops, prepare_exec
+from engine.sandbox import SandboxManager, docker_ops, prepare_exec, wsfs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.pool import PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry
@@ -68,6 +68,10 @@ async def test_a_claim_serves_the_scope_workspace_and_the_pool_refills(mgr: Sand
     status, out, _ = await run(sx, "echo hello > made-here.txt && pwd && ls /.exechost")
     assert status == (0, None) and out.startswith("/workspace\n")
     assert Path(lay.sandbox_workspace, "made-here.txt").read_text() == "hello\n"
+    if os.geteuid() == 0:  # the spare's own capped filesystem came with it (engine.sandbox.wsfs)
+        assert os.path.ismount(lay.sandbox_workspace)
+        assert os.path.exists(wsfs.image_path(os.path.dirname(lay.sandbox_workspace), lay.sandbox_workspace))
+        assert not os.path.exists(wsfs.image_path(os.path.dirname(spare.workspace), spare.workspace))
     entry = Registry().get(lay.name)
     assert entry is not None and entry.sessionKey == lay.scope_key and entry.agentId == a
     # The next use is warm, and list shows the claimed container as the scope's, matching its config.
@@ -181,7 +185,9 @@ async def test_a_used_scope_workspace_is_not_replaced_by_a_claim(mgr: SandboxMan
     ino = os.stat(empty).st_ino
     sx = await prepare_exec(cfg, b, "t", None, manager=mgr)
     assert docker_ops.POOL_LABEL not in inspect(sx.container)["Config"]["Labels"]
-    assert os.stat(empty).st_ino == ino and mgr.pool.ready() == [spare]
+    # the same dir (as root, its own filesystem mounted on it: engine.sandbox.wsfs), never the spare's
+    assert os.stat(empty).st_ino == ino or os.path.ismount(empty)
+    assert mgr.pool.ready() == [spare]
 
 
 async def test_a_claimed_container_that_stopped_is_replaced_not_restarted(mgr: SandboxManager) -> None:

@@ -1,0 +1,176 @@
+"""Each agent's gateway-host runs share a network namespace of their own (only `lo`), not the host's: in
+the host's, one agent's dev server on 127.0.0.1 answered every other agent's runs, and the operator's
+loopback services and a Docker engine on tcp://127.0.0.1 answered them all (fresh round 11 a). No list of
+ports or addresses: nothing of the host's loopback is in the namespace at all.
+
+One namespace per state dir and agent, held by `exechost-hostenter netkeep` (engine/commands/hostenter.c)
+for as long as this process runs, like the agent's other private places (engine.commands.hostprivate): a
+server one run of the agent leaves running answers the agent's later runs, and nobody else's. It is not
+the kept view's (engine.commands.hostkeeper): that is re-made whenever the host's mounts change, and a
+server would be cut off from the next run. A gateway that is not root holds it in a user namespace of its
+own (the runs join that first; the kept view's bwrap is started inside it).
+
+Outward traffic goes as the bwrap sandboxes' does: the egress forwarder listens on the namespace's
+loopback and hands every connection to the gateway's egress proxy (runner.egress, the agent's
+`[sandbox.egress]` allowlist, asks in the same inbox); runs find it through the proxy variables (EGRESS
+sets how). No egress hub in this process (none set): no way out at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+OWN, HOST = "own", "host"  # [tools.exec] hostNetwork
+NETWORKS = (OWN, HOST)
+
+
+@dataclass(frozen=True)
+class Egress:
+    """Where an agent's host runs send what leaves their namespace: the static forwarder started in it,
+    the loopback port it listens on, the egress proxy's socket it hands connections to, and the env that
+    points clients at it."""
+
+    forwarder: str
+    port: int
+    socket: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# Set by the process's egress hub (runner.egress.EgressHub.start): serves `agent`'s host runs (listens on
+# the socket it names) and says how to reach it; called from a worker thread. None: no hub, no egress.
+EGRESS: Callable[[str], Egress | None] | None = None
+
+
+def egress_name(agent: str) -> str:
+    """The name the egress proxy serves an agent's host runs under (its connections' and asks' `sandbox`)."""
+    return f"hostnet.{agent}"
+
+
+@dataclass
+class Holder:
+    popen: subprocess.Popen[bytes]
+    net: int  # an fd of the held network namespace
+    user: int | None  # an fd of its user namespace when it is not ours (a gateway that is not root)
+    env: dict[str, str]  # the proxy variables, when the namespace has a way out
+
+    def alive(self) -> bool:
+        return self.net >= 0 and self.popen.poll() is None
+
+    def words(self, helper: str) -> tuple[list[str], tuple[int, ...]] | None:
+        """The words that put a run in this namespace (first of its view's), and this run's own copies of
+        the fds they name (to pass and close once spawned); None once stopped."""
+        fds: list[int] = []
+        with _fds_lock:
+            if self.net < 0:
+                return None
+            try:
+                for fd in (self.net, self.user):
+                    if fd is not None:
+                        fds.append(os.dup(fd))
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                raise
+        user = "-" if len(fds) == 1 else str(fds[1])
+        return [helper, "netns", str(fds[0]), user, "--"], tuple(fds)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        with _fds_lock:
+            for fd in (self.net, self.user):
+                if fd is not None and fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self.net, self.user = -1, None
+
+
+_holders: dict[tuple[str, str], Holder] = {}
+_lock = threading.Lock()
+_fds_lock = threading.Lock()
+
+
+def current(state: str, agent: str) -> Holder | None:
+    """The agent's live namespace, without blocking; None when it must be made."""
+    holder = _holders.get((state, agent))
+    return holder if holder is not None and holder.alive() else None
+
+
+def ensure(state: str, agent: str, helper: str) -> Holder | None:
+    """The agent's namespace, made here when missing (blocking: a fork and the egress hub's listener);
+    None when it cannot be made (the run is then refused: HostViewError, never the host's network)."""
+    with _lock:
+        holder = current(state, agent)
+        if holder is not None:
+            return holder
+        old = _holders.pop((state, agent), None)
+        if old is not None:
+            old.stop()
+        holder = _start(agent, helper)
+        if holder is not None:
+            _holders[(state, agent)] = holder
+        return holder
+
+
+def _start(agent: str, helper: str) -> Holder | None:
+    way_out = EGRESS(agent) if EGRESS is not None else None
+    fwd = [way_out.forwarder, str(way_out.port), way_out.socket] if way_out is not None else ["-", "0", "-"]
+    popen = subprocess.Popen(
+        [helper, "netkeep", *fwd],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # no terminal's signal and no group kill of ours reaches it
+        cwd="/",
+    )
+    assert popen.stdout is not None
+    fds: list[int] = []
+    try:
+        pid = int(popen.stdout.readline())
+        for kind in ("net", "user"):
+            fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+        # opened by pid: still the holder's only if it is still there (a pid can be reused)
+        if popen.poll() is not None or os.fstat(fds[0]).st_ino == os.stat("/proc/self/ns/net").st_ino:
+            raise OSError("the holder ended before its namespace was taken")
+    except (ValueError, OSError):
+        for fd in fds:
+            os.close(fd)
+        Holder(popen, -1, None, {}).stop()
+        return None
+    finally:
+        popen.stdout.close()
+    net, user = fds
+    holder = Holder(popen, net, user, dict(way_out.env) if way_out is not None else {})
+    if os.fstat(user).st_ino == os.stat("/proc/self/ns/user").st_ino:
+        os.close(user)
+        holder.user = None
+    return holder
+
+
+def served(state: str) -> list[str]:
+    """The agents of `state` whose live namespace has a way out: a hub started after them (a gateway
+    restarted in this process) serves them again, or their forwarder would find no proxy."""
+    real = os.path.realpath(state)
+    with _lock:
+        return [a for (s, a), h in _holders.items() if os.path.realpath(s) == real and h.alive() and h.env]
+
+
+def stop(state: str | None = None) -> None:
+    """End the namespaces of `state`, every agent's (every one of this process when None): a run still in
+    one keeps it until the run ends."""
+    with _lock:
+        for key in [k for k in _holders if state is None or k[0] == state]:
+            holder = _holders.pop(key, None)
+            if holder is not None:
+                holder.stop()
