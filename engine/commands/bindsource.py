@@ -102,3 +102,15 @@ def close(fds: tuple[int, ...] | list[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+def bind_pairs(ops: list[str]) -> list[tuple[str, str]]:
+    """(source, destination) of every `--bind`/`--ro-bind` of `ops` (bwrap's, by path)."""
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(ops):
+        arity = _ARITY.get(ops[i], 0)
+        if ops[i] in _BY_FD:
+            pairs.append((ops[i + 1], ops[i + 2]))
+        i += 1 + arity
+    return pairs

@@ -1,6 +1,9 @@
-"""No Unix socket the gateway's account has bound in the home is connectable from a gateway-host run: a
-read-only mount does not stop connect(2), so the host view covers each with an empty file (issue 27 §1,
-fresh round 10 a; from branch sock29).
+"""The second way no Unix socket the gateway's account has bound in the home is connectable from a
+gateway-host run, for a run whose home is not layered (engine.commands.homelayer, the first: no helper, or
+a run's own bwrap whose home is under a private dir): a read-only mount does not stop connect(2), so the
+view covers each socket listed with an empty file (issue 27 §1, fresh round 10 a; from branch sock29). A
+list misses what the table does not name where it is (fresh round 11 a: another network namespace's, a
+relative name's, a renamed directory's, one behind a link): the layer does not ask.
 
 Which sockets, found without walking the home: the kernel lists every socket bound by a path
 (/proc/net/unix, as bound: ssh binds a ControlPath at a temporary name beside it and links it to its name),

@@ -5,16 +5,23 @@
                               gone, or made a new one).
    seal MNT USER              make the kept mount namespace (fd MNT; USER as for enter) private, once,
                               when the keeper is made: no mount the host makes later arrives in it.
-   enter MNT USER CWD PTY -- ARGV
+   enter MNT USER CWD PTY [DIR]... -- ARGV
                               run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
                               at fd USER first, unless "-"), in a mount, PID and IPC namespace of its own with
                               its own /proc and its own /dev/pts: the gateway's and the session hosts'
                               /proc/<pid>/root, cwd and fd are not there to follow, nor any terminal but its
                               own. By fd, not by the keeper's pid: a pid can be reused, and a run prepared
-                              just before a keeper is replaced still enters the view it got.
-   own-pts PTY -- ARGV        (before a run's own bwrap) a mount namespace whose /dev/pts is its own, then
-                              ARGV (bwrap, which copies it into the view it builds).
+                              just before a keeper is replaced still enters the view it got. Each DIR
+                              (absolute) is shown through an overlay made for this run (fresh_layers): no
+                              Unix socket in it is connectable.
+   own-pts PTY [DIR]... [+PATH]... -- ARGV
+                              (before a run's own bwrap) a mount namespace whose /dev/pts is its own, each
+                              DIR an overlay made for this run with every mount below it read-only, each
+                              PATH in one (a source bwrap binds at its own place, checked by its fd) put
+                              back over it as it is, then ARGV (bwrap, which copies it into the view it
+                              builds).
    check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
+                              CWD may be @DEV:INO: the identity own-pts found for it in its layers.
    netkeep FWD PORT SOCK      the holder of an agent's own network namespace (engine.commands.hostnet): a
                               user namespace of its own first when not root, then a network namespace with
                               only `lo`, up; FWD ("-": none) is started in it as a child (the egress
@@ -196,33 +203,45 @@ static void own_user_namespace(void) {
     }
 }
 
+/* mountinfo's fifth field (the mount point) into `out`, octal escapes (\040) decoded. */
+static void mountinfo_point(char *line, char *out, size_t size) {
+    char *field = line;
+    for (int i = 0; i < 4 && field; i++) {
+        field = strchr(field, ' ');
+        if (field) field++;
+    }
+    size_t len = 0;
+    for (char *c = field; c && *c && *c != ' ' && len < size - 1; c++) {
+        if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
+            out[len++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
+            c += 3;
+        } else {
+            out[len++] = *c;
+        }
+    }
+    out[len] = 0;
+}
+
+/* Whether the mount `id` is what `path` reaches (not one under another, nor on a name since removed). */
+static int topmost(const char *path, int id) {
+    struct statx sx;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_MNT_ID, &sx) < 0) return 0;
+    return (sx.stx_mask & STATX_MNT_ID) && sx.stx_mnt_id == (uint64_t)id;
+}
+
 /* Every mount at or under `top`, remounted read-only in place, its other flags kept (in a user namespace a
    remount that dropped a locked nosuid/nodev/noexec would be refused). */
-static void remount_ro_under(const char *top) {
+static void remount_ro_under(const char *top, int visible_only) {
     FILE *f = fopen("/proc/self/mountinfo", "re");
     if (!f) die("/proc/self/mountinfo");
     size_t n = strlen(top);
     char line[8192];
     while (fgets(line, sizeof line, f)) {
-        /* id parent major:minor root MOUNTPOINT ...: the fifth field, octal escapes (\040) decoded */
-        char *field = line;
-        for (int i = 0; i < 4 && field; i++) {
-            field = strchr(field, ' ');
-            if (field) field++;
-        }
-        if (!field) continue;
         char path[PATH_MAX];
-        size_t len = 0;
-        for (char *c = field; *c && *c != ' ' && len < sizeof path - 1; c++) {
-            if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
-                path[len++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
-                c += 3;
-            } else {
-                path[len++] = *c;
-            }
-        }
-        path[len] = 0;
+        mountinfo_point(line, path, sizeof path);
         if (strncmp(path, top, n) || (path[n] && path[n] != '/')) continue;
+        /* a mount under another (or on a name since removed) is not in the view: nothing to remount */
+        if (visible_only && !topmost(path, atoi(line))) continue;
         struct statvfs st;
         if (statvfs(path, &st) < 0) die(path);
         unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
@@ -237,13 +256,186 @@ static void remount_ro_under(const char *top) {
     fclose(f);
 }
 
+/* ---- The read-only layer of the home, fresh for every run (issue 27 §1, fresh round 11 a) ----
+   connect(2) on a Unix socket resolves the name to an inode and finds the socket registered on it: in an
+   overlayfs the inode a name resolves to is the overlay's own, on which nothing is ever bound, so every
+   socket of a directory shown through an overlay answers ECONNREFUSED, whoever bound it, by whatever name,
+   in whichever network namespace, while every file reads as it is. Each DIR (the home, and the directories
+   outside it that the home's links lead to: engine.commands.homelayer) gets a new overlay superblock per
+   run, its only layers DIR as the kept view shows it and an empty read-only tmpfs (an overlay without an
+   upper layer needs two), mounted over DIR; every mount the kept view has below DIR (the hostWritable
+   binds, the covers and read-only binds, the private dirs), cloned before and put back on top after, in
+   their order, so the view is the kept one but for the layer under them. Per run, never kept: an overlay
+   caches what it looked up, a name missing once stays missing in it (a file the operator makes later
+   would read as absent in every later run of a kept one). */
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#define MAX_LAYERED 64 /* directories made an overlay per run */
+
+struct mount_entry {
+    int id;
+    char *point;
+};
+
+
+static struct mount_entry *read_mounts(size_t *count) {
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f) die("/proc/self/mountinfo");
+    size_t n = 0, cap = 64;
+    struct mount_entry *m = malloc(cap * sizeof *m);
+    char line[8192], point[PATH_MAX];
+    while (m && fgets(line, sizeof line, f)) {
+        if (n == cap && !(m = realloc(m, (cap *= 2) * sizeof *m))) break;
+        mountinfo_point(line, point, sizeof point);
+        m[n].id = atoi(line);
+        if (!(m[n].point = strdup(point))) die("strdup");
+        n++;
+    }
+    fclose(f);
+    if (!m) die("malloc");
+    *count = n;
+    return m;
+}
+
+static int below(const char *path, const char *top) {
+    size_t n = strlen(top);
+    if (n == 1) return path[0] == '/' && path[1] != 0; /* never `/`: refused by the caller anyway */
+    return !strncmp(path, top, n) && path[n] == '/';
+}
+
+static int depth(const char *path) {
+    int d = 0;
+    for (; *path; path++) d += *path == '/';
+    return d;
+}
+
+/* The topmost mount at `point` is one mounted there (not a directory inside another mount covering it). */
+static int visible(const char *point, const struct mount_entry *m, size_t n) {
+    struct statx sx;
+    if (statx(AT_FDCWD, point, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_MNT_ID, &sx) < 0) return 0;
+    if (!(sx.stx_mask & STATX_MNT_ID)) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((uint64_t)m[i].id == sx.stx_mnt_id) return !strcmp(m[i].point, point);
+    return 0;
+}
+
+static unsigned long mount_attrs(const char *dir) {
+    struct statvfs st;
+    if (statvfs(dir, &st) < 0) die(dir);
+    unsigned long attrs = MOUNT_ATTR_RDONLY;
+    if (st.f_flag & ST_NOSUID) attrs |= MOUNT_ATTR_NOSUID;
+    if (st.f_flag & ST_NODEV) attrs |= MOUNT_ATTR_NODEV;
+    if (st.f_flag & ST_NOEXEC) attrs |= MOUNT_ATTR_NOEXEC;
+    return attrs;
+}
+
+static void layered(const char *dir, int empty, const struct mount_entry *m, size_t n) {
+    if (dir[0] != '/' || dir[1] == 0) {
+        errno = EINVAL;
+        die(dir);
+    }
+    struct stat st;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) return; /* not in the view: nothing there to reach */
+    /* the mounts below, outermost first: each cloned with everything on it */
+    size_t *order = malloc((n + 1) * sizeof *order), k = 0;
+    int *trees = malloc((n + 1) * sizeof *trees);
+    const char **points = malloc((n + 1) * sizeof *points);
+    if (!order || !trees || !points) die("malloc");
+    for (size_t i = 0; i < n; i++)
+        if (below(m[i].point, dir)) order[k++] = i;
+    for (size_t a = 1; a < k; a++) /* by depth, stable (insertion sort: tens of entries) */
+        for (size_t b = a; b > 0 && depth(m[order[b - 1]].point) > depth(m[order[b]].point); b--) {
+            size_t t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    size_t kept = 0;
+    for (size_t a = 0; a < k; a++) {
+        const char *point = m[order[a]].point;
+        int inside = 0;
+        for (size_t b = 0; b < kept && !inside; b++)
+            inside = !strcmp(points[b], point) || below(point, points[b]);
+        if (inside || !visible(point, m, n)) continue;
+        int tree = (int)open_tree(AT_FDCWD, point, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
+                                                        AT_SYMLINK_NOFOLLOW);
+        if (tree < 0) die(point);
+        trees[kept] = tree;
+        points[kept++] = point;
+    }
+    int fs = fsopen("overlay", FSOPEN_CLOEXEC);
+    if (fs < 0) die("fsopen(overlay)");
+    if (fsconfig(fs, FSCONFIG_SET_STRING, "lowerdir+", dir, 0) < 0) die("overlay lowerdir");
+    if (fsconfig(fs, FSCONFIG_SET_FD, "lowerdir+", NULL, empty) < 0) die("overlay's empty layer");
+    if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) die("overlay");
+    int layer = fsmount(fs, FSMOUNT_CLOEXEC, (unsigned)mount_attrs(dir));
+    if (layer < 0) die("fsmount(overlay)");
+    close(fs);
+    if (move_mount(layer, "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH) < 0) die(dir);
+    close(layer);
+    for (size_t b = 0; b < kept; b++) {
+        if (move_mount(trees[b], "", AT_FDCWD, points[b], MOVE_MOUNT_F_EMPTY_PATH) < 0) die(points[b]);
+        close(trees[b]);
+    }
+    free(order);
+    free(trees);
+    free(points);
+}
+
+/* Each of `dirs` (NULL-ended) an overlay of its own, fresh (see above); in this process's own mount
+   namespace, private already (own_pts). */
+static void fresh_layers(char **dirs) {
+    if (!dirs[0]) return;
+    int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "size", "4k", 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        die("the overlay's empty layer");
+    int empty = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                                 MOUNT_ATTR_NOEXEC);
+    if (empty < 0) die("the overlay's empty layer");
+    close(fs);
+    size_t n;
+    struct mount_entry *m = read_mounts(&n);
+    for (char **d = dirs; *d; d++) {
+        layered(*d, empty, m, n);
+        if (d[1]) { /* the next one's mounts as they are now */
+            for (size_t i = 0; i < n; i++) free(m[i].point);
+            free(m);
+            m = read_mounts(&n);
+        }
+    }
+    for (size_t i = 0; i < n; i++) free(m[i].point);
+    free(m);
+    close(empty);
+}
+
+/* The decided directory (fd CWDFD, "-": none) as the run will see it: a layer's directory is the
+   overlay's, of another device and inode than the host's. When the path the run will start in (`cwd`)
+   is that directory just before the layers are made, its identity in them is the one the run's cwd is
+   checked against (decided); only the host could rename in a read-only layer between the two, never a
+   run. Otherwise the host's, which the run's cwd then cannot match: refused as stale, as before. */
+static int cwd_layered;
+static struct stat cwd_in_layers;
+static int cwd_is_decided(int cwdfd, const char *cwd) {
+    struct stat want, there;
+    if (cwdfd < 0) return 0;
+    if (fstat(cwdfd, &want) < 0) die("the decided directory's fd");
+    return stat(cwd, &there) == 0 && there.st_dev == want.st_dev && there.st_ino == want.st_ino;
+}
+
+static void layers_at_cwd(char **layers, int cwdfd, const char *cwd) {
+    int same = layers[0] && cwd_is_decided(cwdfd, cwd);
+    fresh_layers(layers);
+    if (same && stat(cwd, &cwd_in_layers) == 0) cwd_layered = 1;
+}
+
 static int ro_cgroups_then(char **argv) {
     int root = geteuid() == 0;
     if (!root) own_user_namespace();
     if (unshare(CLONE_NEWNS) < 0) die("unshare(mnt)");
     /* slave: the host's later mounts still arrive; ours (the read-only remounts) never leave */
     if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("mount --make-rslave /");
-    remount_ro_under("/sys/fs/cgroup");
+    remount_ro_under("/sys/fs/cgroup", 0);
     if (!root) {
         own_user_namespace();
         if (unshare(CLONE_NEWNS) < 0) die("unshare(mnt)");
@@ -255,10 +447,49 @@ static int ro_cgroups_then(char **argv) {
 
 static int own_pts_then(char **argv) {
     const char *pty = argv[0];
-    char **command = argv + 2;
+    char **words = argv + 1, **command = words;
+    while (strcmp(*command, "--")) command++;
+    *command++ = NULL; /* the words between PTY and `--`: DIR (a layer) or +PATH (carried over them) */
+    size_t n = (size_t)(command - words);
+    char **layers = calloc(n, sizeof *layers), **carried = calloc(n, sizeof *carried);
+    int *trees = calloc(n, sizeof *trees);
+    if (!layers || !carried || !trees) die("calloc");
+    size_t nl = 0, nc = 0;
+    for (char **w = words; *w; w++) {
+        if ((*w)[0] == '+') carried[nc++] = *w + 1;
+        else layers[nl++] = *w;
+    }
     if (geteuid() != 0) own_user_namespace();
     if (unshare(CLONE_NEWNS) < 0) die("unshare(mnt)");
     own_pts(pty);
+    /* the run's check-cwd (after bwrap's `--`): its fd's identity in the layers, passed on as @DEV:INO */
+    char **check = NULL, identity[64];
+    for (char **w = command; *w && !check; w++)
+        if (!strcmp(*w, "check-cwd") && w[1] && w[2] && !strcmp(w[2], "--") && strcmp(w[1], "-")) check = w + 1;
+    int cwdfd = nl && check && (*check)[0] != '@' ? ns_fd(*check) : -1;
+    char cwd[PATH_MAX];
+    if (cwdfd >= 0 && !getcwd(cwd, sizeof cwd)) die("getcwd");
+    int same = cwd_is_decided(cwdfd, cwd);
+    /* bwrap binds each of its sources by path and checks it is the file its fd is: a source in a layer
+       would be the overlay's. Each (bound by bwrap at its own place, over this) is carried as it is. */
+    for (size_t i = 0; i < nc; i++) {
+        trees[i] = (int)open_tree(AT_FDCWD, carried[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
+                                                            AT_SYMLINK_NOFOLLOW);
+        if (trees[i] < 0) die(carried[i]);
+    }
+    fresh_layers(layers);
+    /* the host's mounts below each read-only with it, as bwrap's --ro-bind of the home made them */
+    for (size_t i = 0; i < nl; i++) remount_ro_under(layers[i], 1);
+    for (size_t i = 0; i < nc; i++) {
+        if (move_mount(trees[i], "", AT_FDCWD, carried[i], MOVE_MOUNT_F_EMPTY_PATH) < 0) die(carried[i]);
+        close(trees[i]);
+    }
+    if (same && stat(cwd, &cwd_in_layers) == 0) {
+        snprintf(identity, sizeof identity, "@%llu:%llu", (unsigned long long)cwd_in_layers.st_dev,
+                 (unsigned long long)cwd_in_layers.st_ino);
+        *check = identity;
+        close(cwdfd); /* never into the view: a way back to the host's mounts */
+    }
     execvp(command[0], command);
     fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
@@ -269,6 +500,21 @@ static int decided(int cwdfd, struct stat *want) {
     if (cwdfd < 0) return 0;
     if (fstat(cwdfd, want) < 0) die("the decided directory's fd");
     close(cwdfd);
+    if (cwd_layered) *want = cwd_in_layers;
+    return 1;
+}
+
+/* CWD as check-cwd takes it: an fd, "-", or "@DEV:INO", the identity own-pts found (layers_at_cwd). */
+static int decided_word(const char *word, struct stat *want) {
+    unsigned long long dev, ino;
+    char end;
+    if (word[0] != '@') return decided(optional_fd(word), want);
+    if (sscanf(word, "@%llu:%llu%c", &dev, &ino, &end) != 2) {
+        errno = EINVAL;
+        die("the decided directory's identity");
+    }
+    want->st_dev = (dev_t)dev;
+    want->st_ino = (ino_t)ino;
     return 1;
 }
 
@@ -450,7 +696,9 @@ static int status_then(char **argv) {
 static int enter(char **argv) {
     const char *mnt = argv[0], *user = argv[1], *pty = argv[3];
     int cwdfd = optional_fd(argv[2]);
-    char **command = argv + 5;
+    char **layers = argv + 4, **command = layers;
+    while (strcmp(*command, "--")) command++;
+    *command++ = NULL; /* layers: the words between PTY and `--` */
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) die("getcwd");
     int userfd = strcmp(user, "-") ? ns_fd(user) : -1;
@@ -464,6 +712,7 @@ static int enter(char **argv) {
     /* and an IPC namespace of its own: SysV segments, semaphores and queues are in no directory (round 10 a) */
     if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) die("unshare");
     own_pts(pty); /* here, not in pid 1: this process is the session leader a terminal needs */
+    layers_at_cwd(layers, cwdfd, cwd);
     terminal_signals(SIG_IGN);
     int told[2];
     if (pipe2(told, O_CLOEXEC) < 0) die("pipe");
@@ -612,22 +861,32 @@ static int join_then(char **argv) {
     return 127;
 }
 
+/* Absolute directories up to a `--` (the layers), and with `carried` absolute paths after a `+`. */
+static int layer_words(char **words, int carried) {
+    for (int n = 0; *words; words++, n++) {
+        if (!strcmp(*words, "--")) return 1;
+        const char *w = *words + (carried && (*words)[0] == '+');
+        if (w[0] != '/' || (w == *words && n >= MAX_LAYERED)) return 0;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
     if (argc == 4 && !strcmp(argv[1], "seal")) return seal(argv + 2);
     if (argc == 5 && !strcmp(argv[1], "netkeep")) return netkeep(argv + 2);
     if (argc >= 6 && !strcmp(argv[1], "netns") && !strcmp(argv[4], "--")) return netns_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "join") && !strcmp(argv[3], "--")) return join_then(argv + 2);
-    if (argc >= 8 && !strcmp(argv[1], "enter") && !strcmp(argv[6], "--")) return enter(argv + 2);
-    if (argc >= 5 && !strcmp(argv[1], "own-pts") && !strcmp(argv[3], "--")) return own_pts_then(argv + 2);
+    if (argc >= 8 && !strcmp(argv[1], "enter") && layer_words(argv + 6, 0)) return enter(argv + 2);
+    if (argc >= 5 && !strcmp(argv[1], "own-pts") && layer_words(argv + 3, 1)) return own_pts_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "status") && !strcmp(argv[3], "--")) return status_then(argv + 2);
     if (argc >= 4 && !strcmp(argv[1], "ro-cgroups") && !strcmp(argv[2], "--")) return ro_cgroups_then(argv + 3);
     if (argc >= 5 && !strcmp(argv[1], "check-cwd") && !strcmp(argv[3], "--")) {
         struct stat want;
-        run_checked(decided(optional_fd(argv[2]), &want) ? &want : NULL, argv + 4);
+        run_checked(decided_word(argv[2], &want) ? &want : NULL, argv + 4);
     }
-    fprintf(stderr, "usage: exechost-hostenter keep | seal MNT-FD USER-FD|- | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
-                    "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
+    fprintf(stderr, "usage: exechost-hostenter keep | seal MNT-FD USER-FD|- | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- [DIR...] -- COMMAND... | "
+                    "own-pts PTY-FD|- [DIR...] [+PATH...] -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
                     "status FD|- -- COMMAND... | join TASKS -- COMMAND... | ro-cgroups -- COMMAND... | "
                     "netkeep FWD|- PORT SOCK | netns NET-FD USER-FD|- -- COMMAND...\n");
     return 2;

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.commands import bindsource, hostnet
@@ -61,9 +62,10 @@ class Keeper:
     def alive(self) -> bool:
         return self.mnt >= 0 and self.popen.poll() is None
 
-    def enter(self, helper: str) -> tuple[list[str], tuple[int, ...]] | None:
-        """The words that enter the view, and the fds they name (this run's own copies, to pass to it
-        and close once it is spawned); None once stopped."""
+    def enter(self, helper: str, layers: Sequence[str] = ()) -> tuple[list[str], tuple[int, ...]] | None:
+        """The words that enter the view, each of `layers` (absolute directories) shown through an overlay
+        made for the run (engine.commands.homelayer), and the fds they name (this run's own copies, to
+        pass to it and close once it is spawned); None once stopped."""
         fds: list[int] = []
         with _fds_lock:  # never a copy of a number closed by stop() and reused for another file
             if self.mnt < 0:
@@ -77,7 +79,7 @@ class Keeper:
                     os.close(fd)
                 raise
         user = "-" if len(fds) == 1 else str(fds[1])
-        return [helper, "enter", str(fds[0]), user, NO_CWD, NO_PTY, "--"], tuple(fds)
+        return [helper, "enter", str(fds[0]), user, NO_CWD, NO_PTY, *layers, "--"], tuple(fds)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):

@@ -35,6 +35,7 @@ import os
 import re
 import signal
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -43,6 +44,7 @@ from engine.commands import (
     bindsource,
     configprograms,
     dirshadow,
+    homelayer,
     homeprivate,
     homesockets,
     hostkeeper,
@@ -724,7 +726,12 @@ def _dangling_rc_dirs(home: str) -> list[str]:
 
 
 def view_args(
-    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+    state: str,
+    environ: dict[str, str] | None = None,
+    outside: Outside = NOTHING_OUTSIDE,
+    *,
+    sockets: bool = True,
+    layered_home: bool = False,
 ) -> list[str]:
     """The bwrap operations of the host view: the home read-only as a whole, then the `hostWritable`
     dirs bound back writable over it; the gateway's own inputs read-only, the state dir covered (after
@@ -732,7 +739,12 @@ def view_args(
     read-only (a link's target outside the home too, and the directory of every link outside the home on
     the way), what the gateway holds outside the state dir (`outside`) hidden or read-only (made empty
     first when missing), and every directory above a protected path or the home that a command could
-    rename fixed in place first."""
+    rename fixed in place first. `sockets`: each socket of the home covered (engine.commands.homesockets),
+    for a run's own bwrap; a kept view's runs see the home through a layer of their own instead, where no
+    socket connects (engine.commands.homelayer). `layered_home`: the home is that layer already, made
+    before bwrap (exechost-hostenter own-pts), read-only with every mount below it: not bound again (a
+    bind of it, from the host, would cover the layer), and no socket of it covered."""
+    sockets = sockets and not layered_home
     home = home_dir(environ)
     roots = writable_roots(state, environ, outside)
     configs = trusted_configs(environ)
@@ -757,7 +769,7 @@ def view_args(
             _made(path, directory=False)
     private_first, private_last = hostprivate.ops(outside.private, home)
     args: list[str] = [*private_first]
-    if home != os.sep and os.path.isdir(home):
+    if home != os.sep and os.path.isdir(home) and not layered_home:
         args += ["--ro-bind", home, home]
     shadow, shadowed = dirshadow.shadow_ops(
         _shadowed_dirs(home, state, roots, outside), {os.path.realpath(p) for p in outside.hidden}
@@ -816,12 +828,10 @@ def view_args(
     # shadows, whose subdirectories are bound from the host as they are; one directly in a shadowed dir is
     # not there already
     keep = [state, *roots, *outside.readonly, *outside.covered]
-    sockets = [
-        s
-        for s in homesockets.home_sockets(os.path.realpath(home), keep)
-        if os.path.dirname(s) not in shadowed
-    ]
-    socket_ops = homesockets.view_ops(os.path.realpath(_empty_file(state)), sockets)
+    socks = homesockets.home_sockets(os.path.realpath(home), keep) if sockets else []
+    socket_ops = homesockets.view_ops(
+        os.path.realpath(_empty_file(state)), [s for s in socks if os.path.dirname(s) not in shadowed]
+    )
     # what the operator keeps from other accounts, kept from the run (engine.commands.homeprivate): after
     # the shadows and the sockets' covers (a cover over a directory hides what was bound in it), before
     # the agent's private dirs (outside the home)
@@ -952,9 +962,36 @@ def view_by_fd(
     checked on that fd (engine.commands.bindsource): what was checked is what bwrap mounts, whatever a run
     exchanges meanwhile. The fds are the caller's to pass to bwrap and close. HostViewError when a source
     moved or became a link since it was resolved."""
+    return _by_fd(lambda: view_args(state, environ, outside))
+
+
+def own_view_by_fd(
+    state: str, outside: Outside, layers: list[str]
+) -> tuple[list[str], tuple[int, ...], list[str]]:
+    """view_by_fd for a run's own bwrap started by own-pts with `layers` (run_layers), and own-pts' words:
+    the layers no bind of the view needs from inside, and the sources bwrap binds from inside them
+    (engine.commands.homelayer.own_words)."""
+    home = home_dir()
+    words: list[str] = []
+
+    def make() -> list[str]:
+        kept = list(layers)
+        while True:
+            ops = view_args(state, None, outside, layered_home=home in kept)
+            fewer, carried = homelayer.own_words(ops, kept)
+            if fewer == kept:
+                words[:] = [*kept, *(f"+{c}" for c in carried)]
+                return ops
+            kept = fewer
+
+    ops, fds = _by_fd(make)
+    return ops, fds, words
+
+
+def _by_fd(make: Callable[[], list[str]]) -> tuple[list[str], tuple[int, ...]]:
     for attempt in range(VIEW_ATTEMPTS):
         try:
-            ops = view_args(state, environ, outside)
+            ops = make()
         except OSError as exc:  # a run exchanged a directory on the way while its names were resolved
             raise HostViewError(
                 f"{exc.filename}: {exc.strerror} while the host view was made; refused"
@@ -1004,7 +1041,7 @@ def kept_prefix(
     holder = _net_holder(state, helper, outside, make=make)
     if holder is False:  # not up (or not to be had): a thread makes it, or the run takes its own bwrap
         return None
-    ops = view_args(state, outside=replace(outside, workdir=None))
+    ops = view_args(state, outside=replace(outside, workdir=None), sockets=False)
     slot = hostkeeper.slot(state, outside.private[0][0] if outside.private else None)
     # A gateway that is not root: its kept view is made inside the agent's network namespace's user
     # namespace, which its runs join first (engine.commands.hostnet); a new one, a new view.
@@ -1018,7 +1055,8 @@ def kept_prefix(
         finally:
             for fd in outer[1] if outer is not None else ():
                 os.close(fd)
-    entered = keeper.enter(helper) if keeper is not None else None  # None: stopped meanwhile
+    layers = run_layers(state, outside, kept=True)
+    entered = keeper.enter(helper, layers) if keeper is not None else None  # None: stopped meanwhile
     if entered is None:
         return None
     net = holder.words(helper) if holder is not None else ([], ())
@@ -1068,13 +1106,30 @@ def net_ops(outside: Outside, joined: list[str]) -> tuple[str, ...]:
     return ("--unshare-net",) if outside.net_agent is not None and not joined else ()
 
 
-def head(bwrap: str, net: list[str] | None = None) -> list[str]:
+def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) -> list[str]:
+    """The directories a run sees through an overlay made for it (engine.commands.homelayer): none
+    without the helper. For a run's own bwrap (`kept` false) not the home when a private dir holds it:
+    that dir's bind, made by bwrap after the layer, would cover it (the home is bound from the host then,
+    its sockets covered one by one: engine.commands.homesockets)."""
+    if hostkeeper.helper_path() is None:
+        return []
+    home = home_dir()
+    private = [dest for _source, dest in outside.private]
+    writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
+    found = homelayer.layers(home, [state, *outside.covered, *private], writable)
+    if not kept and any(_inside(home, os.path.realpath(d)) for d in private):
+        found = [d for d in found if d != home]
+    return found
+
+
+def head(bwrap: str, net: list[str] | None = None, layers: list[str] | None = None) -> list[str]:
     """The words before bwrap's operations: bwrap itself ignores the terminal's signals, and starts (with
-    the helper) in a mount namespace whose /dev/pts is a devpts of its own, which its view copies: the
-    run reaches no terminal but its own (engine/commands/hostenter.c, own-pts); in its agent's network
-    namespace first when `net` (net_prefix) says so."""
+    the helper) in a mount namespace whose /dev/pts is a devpts of its own, and where each layer of
+    `layers` (own_view_by_fd's words) is an overlay made for the run, which its view copies: the run
+    reaches no terminal but its own, and no socket in those directories (engine/commands/hostenter.c,
+    own-pts); in its agent's network namespace first when `net` (net_prefix) says so."""
     helper = hostkeeper.helper_path()
-    own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
+    own_pts = [helper, "own-pts", hostkeeper.NO_PTY, *(layers or ()), "--"] if helper is not None else []
     return [ENV, IGNORE, *(net or []), *own_pts, bwrap]
 
 

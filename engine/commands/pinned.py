@@ -429,8 +429,13 @@ class _Builder:
         # copies.
         ops = ["--dev-bind", "/", "/"]
         net: list[str] = []
+        layers: list[str] = []
         if host:
-            view, view_fds = hostview.view_by_fd(str(state_dir()), outside=outside)  # (fds: pinned_view's)
+            # the home (and where its links lead) an overlay of the run's own, made before bwrap: no
+            # socket there connects (engine.commands.homelayer)
+            layers = hostview.run_layers(str(state_dir()), outside, kept=False)
+            view, view_fds, layers = hostview.own_view_by_fd(str(state_dir()), outside, layers)
+            # (fds: pinned_view's)
             self.fds += view_fds
             net, net_fds, net_env = hostview.net_prefix(str(state_dir()), outside)
             ops = [*view, *hostview.pid_ops(), *hostview.net_ops(outside, net)]
@@ -446,7 +451,7 @@ class _Builder:
                     "runs do not read; nothing ran"
                 )
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
-        prefix = (*hostview.head(bwrap, net), *ops, *pinned, "--", *hostview.tail())
+        prefix = (*hostview.head(bwrap, net, layers), *ops, *pinned, "--", *hostview.tail())
         if host:
             prefix = tuple(hostview.joined(prefix, outside))
         return PinnedView(prefix, dict(self.env), tuple(self.fds))

@@ -457,12 +457,6 @@ async def _home_socket_seen(state_dir: Path, *, own_netns: bool, how: str = "") 
     return str(result["details"].get("aggregated") or result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: homesockets finds the home's sockets in /proc/net/unix, which lists only the gateway's "
-    "network namespace: a socket bound in the home by a program in another one (a container or a "
-    "PrivateNetwork= service with the home mounted) is not covered; connect(2) by path crosses namespaces",
-)
 async def test_class1_a_home_socket_bound_in_another_network_namespace_is_a_host_runs(
     state_dir: Path,
 ) -> None:
@@ -478,12 +472,6 @@ async def test_class1_a_home_socket_bound_in_the_gateways_network_namespace_is_c
     assert "OPERATOR-HOME-SOCKET" not in output, output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: homesockets keeps only absolute names from /proc/net/unix: a socket the operator's program "
-    "bound in the home by a relative name (chdir + bind, the usual way round sun_path's 108 bytes) is "
-    "listed as `agent.sock`, its directory never read, the socket never covered",
-)
 async def test_class1_a_home_socket_bound_by_a_relative_name_is_a_host_runs(state_dir: Path) -> None:
     output = await _home_socket_seen(state_dir, own_netns=False, how="relative")
     assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
@@ -611,12 +599,6 @@ async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: P
     assert "OPS-PRIVATE-r11a" not in output, f"agent main read ops's private files over loopback: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: /proc/net/unix names a socket where it was bound, not where it is: a socket bound in "
-    "`~/.cache/devbox.new` whose directory was then renamed into place (a tool's atomic setup) is listed "
-    "under a directory that no longer exists, and is never covered at `~/.cache/devbox/agent.sock`",
-)
 async def test_class1_a_home_socket_whose_directory_was_renamed_is_a_host_runs(state_dir: Path) -> None:
     output = await _home_socket_seen(state_dir, own_netns=False, how="moved")
     assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"

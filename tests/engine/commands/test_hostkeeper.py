@@ -44,6 +44,18 @@ def _keeper(state: Path) -> hostkeeper.Keeper:
     return _kept(state)
 
 
+# mountinfo's point, options and source (fields 5, 6, 9) of each mount that is the topmost at its point
+_TOPMOST = (
+    "import os,re\n"
+    "for line in open('/proc/self/mountinfo'):\n"
+    " f=line.split();p=re.sub(r'\\\\([0-7]{3})',lambda m:chr(int(m[1],8)),f[4])\n"
+    " try: fd=os.open(p,os.O_PATH|os.O_NOFOLLOW)\n"
+    " except OSError: continue\n"
+    " top=[l.split()[1] for l in open(f'/proc/self/fdinfo/{fd}') if l.startswith('mnt_id:')];os.close(fd)\n"
+    " if top==[f[0]]: print(f[4],f[5],f[8])\n"
+)
+
+
 def _probe(state: Path) -> str:
     """What a host command can see and do: the state dir, every trusted config (readable, writable), its
     privileges, its namespaces relative to the host's, its PID namespace and /proc, every mount (point,
@@ -74,7 +86,13 @@ def _probe(state: Path) -> str:
         # (other engineers' containers come and go under /run/docker and /var/lib/docker: not compared;
         # /dev/pts is the run's own devpts over the host's, whose covered copies' flags differ between a
         # kept namespace and a bwrap's: what the run can reach there is listed instead)
-        "cut -d' ' -f5,6,9 /proc/self/mountinfo | grep -Ev '^/(run/docker/|var/lib/docker/|dev/pts )' | sort",
+        # only the mounts a run reaches (the topmost at each point): a kept view's runs have the home's
+        # layer put over the kept mounts (engine.commands.homelayer), which stay listed below it; and
+        # none of another suite's test dirs (/tmp/eh-*: its sandboxes and private dirs come and go)
+        f"python3 -c {shlex.quote(_TOPMOST)} | grep -Ev '^/(run/docker/|var/lib/docker/|dev/pts )' "
+        f"| awk -v own={shlex.quote(str(state.parent))} "
+        "'index($1, \"/tmp/eh-\") != 1 || index($1, own) == 1' "
+        "| sort",
         "echo pts: $(ls -A /dev/pts); grep ' /dev/pts ' /proc/self/mountinfo | tail -1 | cut -d' ' -f6,9-",
         "pwd -P; id; ulimit -a | md5sum",
     ]

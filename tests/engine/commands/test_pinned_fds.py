@@ -22,7 +22,7 @@ def test_a_refused_host_view_closes_each_copy_once(state_dir: Path, monkeypatch:
     def refused(*_a: object, **_k: object) -> None:
         raise hostview.HostViewError("a directory exchanged for a link; refused")
 
-    monkeypatch.setattr(hostview, "view_by_fd", refused)
+    monkeypatch.setattr(hostview, "own_view_by_fd", refused)  # what a run of its own is given
     monkeypatch.setattr(pinned.os, "close", counting_close)
     with pytest.raises(hostview.HostViewError):
         pinned.pinned_view(None, [("/tmp/x/Makefile", b"all:\n")], host=True)
