@@ -224,13 +224,6 @@ async def test_class1_an_agent_on_its_own_account_reads_another_agents_running_c
     assert not shown, f"ops's account read main's running command: {shown}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a FIFO in the read-only home is written by every host run: a read-only bind stops no "
-    "open(O_WRONLY) of a FIFO, as it stops no connect(2) of a socket, and homesockets covers only what "
-    "/proc/net/unix lists; the operator's player reading commands from ~/.config/mpv/input.fifo (whose "
-    "`run` command starts a program, outside every view) takes a line from agent main's run",
-)
 async def test_class1_a_fifo_in_the_read_only_home_takes_a_host_runs_write(state_dir: Path) -> None:
     home = Path(os.environ["HOME"])
     (home / ".config" / "mpv").mkdir(parents=True)
