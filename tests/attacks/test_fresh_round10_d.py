@@ -4,8 +4,11 @@ emulating another program, check then use, crash at the worst moment."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -781,6 +784,28 @@ async def test_make_value_file_past_64_words_runs_unasked(state_dir: Path) -> No
     assert details["status"] == "approval-pending", details
 
 
+@contextlib.contextmanager
+def _npmrc_as_npm_sees_it(home: Path, deadline: float) -> Iterator[Any]:
+    """The write end of the ~/.npmrc FIFO npm is blocked opening, opened as npm's view shows it (through
+    its root: the home there is an overlay made for the run, whose FIFO is not the host's), once npm has
+    it open for reading: a FIFO opened for writing with no reader yet fails (ENXIO), and is tried again."""
+    while time.monotonic() < deadline:
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if not any(a.endswith(b"/npm") or a == b"npm" for a in argv[:2]):
+                    continue
+                fd = os.open(f"/proc/{pid}/root{home}/.npmrc", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "w") as rc:
+                yield rc
+            return
+        time.sleep(0.02)  # npm not yet started, or not yet at its read of ~/.npmrc
+    raise AssertionError("npm never opened ~/.npmrc")
+
+
 async def _npm_first_read_after(state: Path, how: str) -> str:
     """Ask `npm test` with SAFE_PACKAGE shown and approve it; once npm runs in its view (it opens the
     operator's ~/.npmrc, here a FIFO standing for npm's slow start, before it reads package.json), the
@@ -801,7 +826,7 @@ async def _npm_first_read_after(state: Path, how: str) -> str:
         await _approve(state, ask_id)
 
         def when_npm_runs() -> None:
-            with open(home / ".npmrc", "w") as rc:  # returns once npm opened it: it runs in its view
+            with _npmrc_as_npm_sees_it(home, deadline=time.monotonic() + 120) as rc:  # npm opened it
                 if how == "rename":
                     (work / "new.json").write_text(EVIL_PACKAGE)
                     os.rename(work / "new.json", work / "package.json")
