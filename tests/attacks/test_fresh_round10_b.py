@@ -873,17 +873,15 @@ async def test_class3_a_link_that_never_acks_pushes_another_gateways_events_out_
     state_dir: Path, sshd_nodes: list[Any], flood: int
 ) -> None:
     alpha = sshd_nodes[0]
-    # a dir the node's runs may write: the rest of the node's home is an overlay made for each run, where a
-    # name the run looked up before it was made stays missing until the run ends (engine.commands.homelayer)
-    shared = alpha.root / "shared"
-    shared.mkdir(exist_ok=True)
-    (alpha.state_dir / "config.toml").write_text(ONLY_MAIN_FULL + f'hostWritable = ["{shared}"]\n')
+    (alpha.state_dir / "config.toml").write_text(ONLY_MAIN_FULL)
     helper = os.path.join(sys.prefix, "libexec", "exechost-hostenter")
     write_config(
         state_dir, NODE_RUNS + alpha.config_toml() + f'env = {{ EXECHOST_HOSTENTER = "{helper}" }}\n'
     )
     service = alpha.run_service()  # `node run`: sessions outlive a link, and several gateways share it
-    go = shared / "go"
+    # outside the node's home: that is an overlay made for each run, where a name the run looked up before
+    # it was made stays missing until the run ends (engine.commands.homelayer)
+    go = alpha.marks / "go"
     try:
         async with gateway(state_dir):
             (main,) = await agents(state_dir, "main")

@@ -397,7 +397,7 @@ async def test_one_agent_evicts_anothers_node_keys(state: Path, sshd_nodes: list
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     write_config(state, alpha.config_toml() + NODE_EXEC)
     principals.mint(state, "ops")
-    gate = alpha.root / "go"
+    gate = alpha.marks / "go"  # (outside the node's home: an overlay made for each run)
     async with gateway(state) as server:
         hub = server.services.nodes
         victim = await connect(state, "ops", operator=False, agent="ops")

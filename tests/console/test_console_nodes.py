@@ -50,7 +50,7 @@ async def test_node_sessions_in_the_sessions_pane_live(sshd_nodes: list[SshdNode
 
     alpha = sshd_nodes[0]
     (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
-    go = alpha.root / "go"
+    go = alpha.marks / "go"  # (the node's home is an overlay made per run)
     config = GATEWAY + "".join(n.config_toml() for n in sshd_nodes)
     async with running_console(state_dir, config) as (app, pilot, agent):
         res = await submit(

@@ -19,7 +19,7 @@ async def test_node_output_is_pushed_and_counted(sshd_nodes: list[SshdNode], sta
     alpha = sshd_nodes[0]
     (state_dir / "config.toml").write_text(GATEWAY + "".join(n.config_toml() for n in sshd_nodes))
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
-    go, more = alpha.root / "go", alpha.root / "more"
+    go, more = alpha.marks / "go", alpha.marks / "more"  # (the node's home is an overlay made per run)
     async with gateway(state_dir) as server:
         agent = await connect(state_dir, "agent", operator=False)
         shown = await agent.request(
