@@ -254,7 +254,8 @@ def finish_demo(demo: Demo) -> None:
 
     asyncio.run(stop())
     if is_demo_root(demo.root):
-        privatefs.detach_all(str(demo.state))  # its agents' capped /tmp (a mount: rmtree cannot remove it)
+        # its agents' capped /tmp and its sandboxes' workspaces are mounts: rmtree cannot remove them
+        privatefs.detach_below(str(demo.root))
         shutil.rmtree(demo.root, ignore_errors=True)
 
 

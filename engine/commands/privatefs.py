@@ -62,7 +62,12 @@ def ensure(top: str, state: str) -> bool:
 
 def mounted(state: str) -> list[str]:
     """The private dirs mounted now under `state` (<state>/hostprivate/<agent>), deepest first."""
-    top = os.path.join(os.path.realpath(state), "hostprivate") + os.sep
+    return _below(os.path.join(os.path.realpath(state), "hostprivate"))
+
+
+def _below(top: str) -> list[str]:
+    """The mountpoints below `top` now, deepest first."""
+    top = top.rstrip(os.sep) + os.sep
     points = []
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
         for line in f:
@@ -75,10 +80,20 @@ def mounted(state: str) -> list[str]:
 
 def detach_all(state: str) -> int:
     """Every private dir mounted under `state` detached (lazily: a run still inside keeps its files until
-    it ends), for whoever removes the state dir itself (the demo as it quits); how many were."""
+    it ends), for whoever removes the state dir itself; how many were."""
+    return _detach(mounted(state))
+
+
+def detach_below(root: str) -> int:
+    """Every mount below `root` detached, whatever made it (an agent's capped /tmp, a sandbox workspace's
+    own filesystem), for whoever removes `root` itself (the demo as it quits); how many were."""
+    return _detach(_below(os.path.realpath(root)))
+
+
+def _detach(points: list[str]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     done = 0
-    for point in mounted(state):
+    for point in points:
         if libc.umount2(os.fsencode(point), _MNT_DETACH) == 0:
             done += 1
     return done

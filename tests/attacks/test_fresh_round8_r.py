@@ -164,6 +164,9 @@ async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
     async with gateway(state):
         client = await connect(state)
         ran: list[object] = []
+        # A first host run makes the agent's network namespace, whose egress forwarder is a static build
+        # too: made now, not by the planted run while the landlock build below holds the build lock.
+        await client.request("exec", {"command": "true", "host": "gateway"})
 
         def compiled_then_the_agent_runs(argv: list[str], **kw: object) -> object:
             done = real_run(argv, **kw)  # type: ignore[call-overload]
