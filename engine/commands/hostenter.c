@@ -19,7 +19,9 @@
                               DIR an overlay made for this run with every mount below it read-only, each
                               PATH in one (a source bwrap binds at its own place, checked by its fd) put
                               back over it as it is, then ARGV (bwrap, which copies it into the view it
-                              builds).
+                              builds). A bwrap whose setup failed before the run's pid 1 started (nothing
+                              of the run ran: the host's mount table changed under it) is started again,
+                              up to SETUP_ATTEMPTS times, when the run has a `status` slot (setup_retried).
    check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
                               CWD may be @DEV:INO: the identity own-pts found for it in its layers.
    netkeep FWD PORT SOCK      the holder of an agent's own network namespace (engine.commands.hostnet): a
@@ -47,6 +49,8 @@
                               status ("%d\n") to FD ("-": none) before telling it as it was: bwrap tells a
                               signal n as exit 128+n, which a command can exit with itself, so the spawner
                               reads the command's own status from the pipe FD is (engine.sessions.host_io).
+                              FD:ERR (own-pts' words): first a NUL on stderr (bwrap's setup is done), then
+                              the real stderr back from fd ERR.
 
    CWD ("-": none) is an fd of the directory the decision was made in, opened in the gateway, in the host's
    mount namespace: the command runs only if its working directory in the view is that directory (device
@@ -445,6 +449,18 @@ static int ro_cgroups_then(char **argv) {
     _exit(errno == ENOENT ? 127 : 126);
 }
 
+/* The run's `status FD` words right after bwrap's `--`, before its check-cwd (as engine.sessions.host_io
+   finds them): the slot of FD, or NULL (no status helper: bwrap is run as it is, never again). */
+static char **status_slot(char **command) {
+    for (char **w = command; *w; w++)
+        if (w - command >= 2 && !strcmp(w[-2], "--") && !strcmp(w[0], "status") && w[1] && w[2] &&
+            !strcmp(w[2], "--") && w[3] && !strcmp(w[3], w[-1]) && w[4] && !strcmp(w[4], "check-cwd"))
+            return w + 1;
+    return NULL;
+}
+
+static int setup_retried(char **command, char **slot);
+
 static int own_pts_then(char **argv) {
     const char *pty = argv[0];
     char **words = argv + 1, **command = words;
@@ -490,6 +506,8 @@ static int own_pts_then(char **argv) {
         *check = identity;
         close(cwdfd); /* never into the view: a way back to the host's mounts */
     }
+    char **slot = status_slot(command);
+    if (slot) return setup_retried(command, slot);
     execvp(command[0], command);
     fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
@@ -643,7 +661,104 @@ static void close_all_but(int a, int b) {
     if (close_range(from, ~0U, 0) < 0) die("close_range");
 }
 
+static void write_all(int fd, const char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        buf += w;
+        n -= (size_t)w;
+    }
+}
+
+static volatile sig_atomic_t bwrap_pid;
+static void pass_on(int sig) {
+    if (bwrap_pid > 0) kill(bwrap_pid, sig);
+}
+
+/* bwrap's setup fails now and then while the host's mount table changes under it ("Can't find source
+   path /proc/self/fd/N", "Race condition binding dirfd"), before the run's pid 1 starts: nothing of the
+   run has started, so bwrap is started again, up to SETUP_ATTEMPTS times, and only the last attempt's
+   words reach the run's stderr. Until the run's `status` (bwrap's last step: its setup is done) writes a
+   NUL to it and takes the real stderr back from ERR (`status FD:ERR`), bwrap's stderr is a pipe read here.
+   This process stays bwrap's parent, passing on the signals it does not ignore, and tells its exit as it
+   was. */
+#define SETUP_ATTEMPTS 3
+static int setup_retried(char **command, char **slot) {
+    static char word[48];
+    int err = fcntl(2, F_DUPFD, 3); /* not close-on-exec: bwrap passes it on to the run's `status` */
+    if (err < 0) die("stderr");
+    snprintf(word, sizeof word, "%s:%d", *slot, err);
+    *slot = word;
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    struct sigaction forward = {.sa_handler = pass_on, .sa_flags = SA_RESTART}, was;
+    sigemptyset(&forward.sa_mask);
+    for (size_t i = 0; i < PASSED_ON; i++)
+        if (sigaction(passed_on[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
+            sigaction(passed_on[i], &forward, NULL);
+    for (int attempt = 1;; attempt++) {
+        int setup[2];
+        if (pipe2(setup, O_CLOEXEC) < 0) die("pipe");
+        pid_t pid = fork();
+        if (pid < 0) die("fork");
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (dup2(setup[1], 2) < 0) _exit(FAIL);
+            execvp(command[0], command);
+            fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
+            _exit(errno == ENOENT ? 127 : 126);
+        }
+        bwrap_pid = pid;
+        close(setup[1]);
+        char held[4096], buf[4096];
+        size_t n = 0;
+        int started = 0, spilled = 0;
+        for (;;) {
+            ssize_t got = read(setup[0], buf, sizeof buf);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) break;
+            char *nul = started ? NULL : memchr(buf, 0, (size_t)got);
+            if (nul) {
+                started = 1;
+                write_all(err, held, n);
+                write_all(err, buf, (size_t)(nul - buf));
+                write_all(err, nul + 1, (size_t)(buf + got - nul - 1));
+            } else if (started || spilled || n + (size_t)got > sizeof held) {
+                spilled = !started; /* more than setup's words: told as they come, never retried */
+                write_all(err, held, n);
+                n = 0;
+                write_all(err, buf, (size_t)got);
+            } else {
+                memcpy(held + n, buf, (size_t)got);
+                n += (size_t)got;
+            }
+        }
+        close(setup[0]);
+        int status;
+        while (waitpid(pid, &status, 0) < 0)
+            if (errno != EINTR) die("waitpid");
+        bwrap_pid = 0;
+        int failed = !started && !spilled && WIFEXITED(status) && WEXITSTATUS(status) == 1 && n > 7 &&
+                     !memcmp(held, "bwrap: ", 7);
+        if (failed && attempt < SETUP_ATTEMPTS) continue;
+        write_all(err, held, n);
+        report(status);
+    }
+}
+
 static int status_then(char **argv) {
+    char *err = strchr(argv[0], ':');
+    if (err) { /* own-pts' setup_retried reads this stderr until the NUL: bwrap's setup is done */
+        *err++ = '\0';
+        int real = ns_fd(err);
+        struct sigaction quiet = {.sa_handler = SIG_IGN}, was;
+        sigemptyset(&quiet.sa_mask);
+        sigaction(SIGPIPE, &quiet, &was);
+        write_all(2, "", 1);
+        sigaction(SIGPIPE, &was, NULL);
+        if (dup2(real, 2) < 0) die("stderr");
+        close(real);
+    }
     int fd = optional_fd(argv[0]);
     char **command = argv + 2;
     struct sigaction ignore = {.sa_handler = SIG_IGN}, was[PASSED_ON];
