@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.commands import bindsource, hostnet
+from engine.commands import bindsource, hostnet, nsholder
 
 HELPER_NAME = "exechost-hostenter"
 KEEP_AT_MOST = 16  # keepers one process holds (one per agent of a state dir; tests make many)
@@ -203,35 +203,18 @@ def _start(
         )
     finally:
         bindsource.close(fds_in)  # bwrap has its own copies; it mounts them before the keeper reports
-    assert popen.stdout is not None
-    fds: list[int] = []
-    try:
-        pid = int(popen.stdout.readline())
-        for kind in ("mnt", "user"):
-            fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
-        # Opened by pid: still the keeper's only if the keeper is still there (a pid can be reused).
-        if popen.poll() is not None or os.fstat(fds[0]).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
-            raise OSError("the keeper ended before its namespaces were taken")
-    except (ValueError, OSError):
-        for fd in fds:
-            os.close(fd)
+    taken = nsholder.take(popen, "mnt")
+    if taken is None:
         Keeper(key, popen, 0, -1, None).stop()
         return None
-    finally:
-        popen.stdout.close()
-    mnt, user = fds
-    keeper = Keeper(key, popen, pid, mnt, user)
-    if os.fstat(user).st_ino == os.stat("/proc/self/ns/user").st_ino:
-        os.close(user)
-        keeper.user = None
+    keeper = Keeper(key, popen, *taken)
     # The kept namespace private before any run enters it: bwrap left it a slave of the host's, and a
     # mount made on the host later arrived in every running view with its own flags (fresh round 10 a).
     # Refused (a helper too old to know `seal`): no keeper, every run takes a bwrap of its own.
     user_word = "-" if keeper.user is None else str(keeper.user)
-    passed = (mnt,) if keeper.user is None else (mnt, keeper.user)
-    sealed = subprocess.run(
-        [helper, "seal", str(mnt), user_word], pass_fds=passed, cwd="/", capture_output=True, check=False
-    )
+    passed = (keeper.mnt,) if keeper.user is None else (keeper.mnt, keeper.user)
+    words = [helper, "seal", str(keeper.mnt), user_word]
+    sealed = subprocess.run(words, pass_fds=passed, cwd="/", capture_output=True, check=False)
     if sealed.returncode != 0:
         keeper.stop()
         return None

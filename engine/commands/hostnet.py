@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.commands import nsholder
+
 OWN, HOST = "own", "host"  # [tools.exec] hostNetwork
 NETWORKS = (OWN, HOST)
 
@@ -134,28 +136,12 @@ def _start(agent: str, helper: str) -> Holder | None:
         start_new_session=True,  # no terminal's signal and no group kill of ours reaches it
         cwd="/",
     )
-    assert popen.stdout is not None
-    fds: list[int] = []
-    try:
-        pid = int(popen.stdout.readline())
-        for kind in ("net", "user"):
-            fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
-        # opened by pid: still the holder's only if it is still there (a pid can be reused)
-        if popen.poll() is not None or os.fstat(fds[0]).st_ino == os.stat("/proc/self/ns/net").st_ino:
-            raise OSError("the holder ended before its namespace was taken")
-    except (ValueError, OSError):
-        for fd in fds:
-            os.close(fd)
+    taken = nsholder.take(popen, "net")
+    if taken is None:
         Holder(popen, -1, None, {}).stop()
         return None
-    finally:
-        popen.stdout.close()
-    net, user = fds
-    holder = Holder(popen, net, user, dict(way_out.env) if way_out is not None else {})
-    if os.fstat(user).st_ino == os.stat("/proc/self/ns/user").st_ino:
-        os.close(user)
-        holder.user = None
-    return holder
+    _pid, net, user = taken
+    return Holder(popen, net, user, dict(way_out.env) if way_out is not None else {})
 
 
 def served(state: str) -> list[str]:
