@@ -20,7 +20,6 @@ Namespaces outlive it while a run is in them, so a background session is never c
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -52,50 +51,21 @@ def helper_path() -> str | None:
 
 
 @dataclass
-class Keeper:
-    key: tuple[object, ...]
-    popen: subprocess.Popen[bytes]
-    pid: int
-    mnt: int  # an fd of the kept mount namespace: it lives while this is open, whatever the keeper does
-    user: int | None  # an fd of the keeper's user namespace when it is not ours (bwrap as non-root)
+class Keeper(nsholder.Held):
+    """bwrap + `exechost-hostenter keep`: `ns` is the kept mount namespace."""
 
-    def alive(self) -> bool:
-        return self.mnt >= 0 and self.popen.poll() is None
+    key: tuple[object, ...] = ()
+    pid: int = 0
 
     def enter(self, helper: str, layers: Sequence[str] = ()) -> tuple[list[str], tuple[int, ...]] | None:
         """The words that enter the view, each of `layers` (absolute directories) shown through an overlay
         made for the run (engine.commands.homelayer), and the fds they name (this run's own copies, to
         pass to it and close once it is spawned); None once stopped."""
-        fds: list[int] = []
-        with _fds_lock:  # never a copy of a number closed by stop() and reused for another file
-            if self.mnt < 0:
-                return None
-            try:
-                for fd in (self.mnt, self.user):
-                    if fd is not None:
-                        fds.append(os.dup(fd))
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
-                raise
+        fds = self.copies()
+        if fds is None:
+            return None
         user = "-" if len(fds) == 1 else str(fds[1])
-        return [helper, "enter", str(fds[0]), user, NO_CWD, NO_PTY, *layers, "--"], tuple(fds)
-
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.popen.stdin is not None:
-                self.popen.stdin.close()  # the keeper's cue: it exits, and bwrap with it
-        try:
-            self.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-        with _fds_lock:
-            for fd in (self.mnt, self.user):
-                if fd is not None and fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            self.mnt, self.user = -1, None
+        return [helper, "enter", str(fds[0]), user, NO_CWD, NO_PTY, *layers, "--"], fds
 
 
 # The helper's word for "no cwd to check" (engine.commands.pinned.PinnedView.check_cwd fills in an fd).
@@ -109,7 +79,6 @@ TERMINAL_SOCKET = "1"
 
 _keepers: OrderedDict[str, Keeper] = OrderedDict()
 _lock = threading.Lock()  # making and replacing keepers
-_fds_lock = threading.Lock()  # a keeper's fds: copied or closed, never both at once
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -205,15 +174,16 @@ def _start(
         bindsource.close(fds_in)  # bwrap has its own copies; it mounts them before the keeper reports
     taken = nsholder.take(popen, "mnt")
     if taken is None:
-        Keeper(key, popen, 0, -1, None).stop()
+        Keeper(popen, -1, None, key=key).stop()
         return None
-    keeper = Keeper(key, popen, *taken)
+    pid, ns, user = taken
+    keeper = Keeper(popen, ns, user, key=key, pid=pid)
     # The kept namespace private before any run enters it: bwrap left it a slave of the host's, and a
     # mount made on the host later arrived in every running view with its own flags (fresh round 10 a).
     # Refused (a helper too old to know `seal`): no keeper, every run takes a bwrap of its own.
     user_word = "-" if keeper.user is None else str(keeper.user)
-    passed = (keeper.mnt,) if keeper.user is None else (keeper.mnt, keeper.user)
-    words = [helper, "seal", str(keeper.mnt), user_word]
+    passed = (keeper.ns,) if keeper.user is None else (keeper.ns, keeper.user)
+    words = [helper, "seal", str(keeper.ns), user_word]
     sealed = subprocess.run(words, pass_fds=passed, cwd="/", capture_output=True, check=False)
     if sealed.returncode != 0:
         keeper.stop()

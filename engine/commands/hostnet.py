@@ -18,7 +18,6 @@ sets how). No egress hub in this process (none set): no way out at all.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import threading
@@ -54,53 +53,23 @@ def egress_name(agent: str) -> str:
 
 
 @dataclass
-class Holder:
-    popen: subprocess.Popen[bytes]
-    net: int  # an fd of the held network namespace
-    user: int | None  # an fd of its user namespace when it is not ours (a gateway that is not root)
-    env: dict[str, str]  # the proxy variables, when the namespace has a way out
+class Holder(nsholder.Held):
+    """`exechost-hostenter netkeep`: `ns` is the agent's network namespace."""
 
-    def alive(self) -> bool:
-        return self.net >= 0 and self.popen.poll() is None
+    env: dict[str, str] = field(default_factory=dict)  # the proxy variables, when it has a way out
 
     def words(self, helper: str) -> tuple[list[str], tuple[int, ...]] | None:
         """The words that put a run in this namespace (first of its view's), and this run's own copies of
         the fds they name (to pass and close once spawned); None once stopped."""
-        fds: list[int] = []
-        with _fds_lock:
-            if self.net < 0:
-                return None
-            try:
-                for fd in (self.net, self.user):
-                    if fd is not None:
-                        fds.append(os.dup(fd))
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
-                raise
+        fds = self.copies()
+        if fds is None:
+            return None
         user = "-" if len(fds) == 1 else str(fds[1])
-        return [helper, "netns", str(fds[0]), user, "--"], tuple(fds)
-
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.popen.stdin is not None:
-                self.popen.stdin.close()
-        try:
-            self.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-        with _fds_lock:
-            for fd in (self.net, self.user):
-                if fd is not None and fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            self.net, self.user = -1, None
+        return [helper, "netns", str(fds[0]), user, "--"], fds
 
 
 _holders: dict[tuple[str, str], Holder] = {}
 _lock = threading.Lock()
-_fds_lock = threading.Lock()
 
 
 def current(state: str, agent: str) -> Holder | None:
@@ -138,10 +107,10 @@ def _start(agent: str, helper: str) -> Holder | None:
     )
     taken = nsholder.take(popen, "net")
     if taken is None:
-        Holder(popen, -1, None, {}).stop()
+        Holder(popen, -1, None).stop()
         return None
     _pid, net, user = taken
-    return Holder(popen, net, user, dict(way_out.env) if way_out is not None else {})
+    return Holder(popen, net, user, env=dict(way_out.env) if way_out is not None else {})
 
 
 def served(state: str) -> list[str]:

@@ -1069,7 +1069,7 @@ def kept_prefix(
 
 
 def _ns_id(holder: hostnet.Holder) -> int:
-    return os.fstat(holder.net).st_ino if holder.net >= 0 else -1
+    return os.fstat(holder.ns).st_ino if holder.ns >= 0 else -1
 
 
 def _net_holder(
