@@ -23,6 +23,19 @@ class OutputChunk:
     dropped: int = 0
 
 
+def merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
+    """Adjacent chunks of one stream joined (fewer frames); gaps kept as ("gap", b"", dropped)."""
+    out: list[tuple[str, bytes, int]] = []
+    for chunk in batch:
+        if chunk.dropped:
+            out.append(("gap", b"", chunk.dropped))
+        elif out and out[-1][0] == chunk.stream and not out[-1][2]:
+            out[-1] = (chunk.stream, out[-1][1] + chunk.data, 0)
+        else:
+            out.append((chunk.stream, chunk.data, 0))
+    return out
+
+
 class OutputSubscription:
     """One viewer's bounded queue: pushing never blocks; overflow drops the oldest bytes and says so."""
 

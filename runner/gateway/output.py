@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.errors import InvalidInput
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
-from engine.sessions import OutputChunk, OutputSubscription, SessionManager
+from engine.sessions import OutputSubscription, SessionManager
+from engine.sessions.fanout import merge
 from engine.sessions.outtext import TextDecoder, output_frame
 
 if TYPE_CHECKING:
@@ -23,19 +24,6 @@ if TYPE_CHECKING:
 OUTPUT_FLUSH_SEC = 0.033
 OUTPUT_BATCH_BYTES = 64 * 1024
 ACTIVITY_INTERVAL_SEC = 0.25  # session.activity: at most 4 frames/s per following connection
-
-
-def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
-    """Adjacent chunks of the same stream joined; gaps kept as (\"gap\", b\"\", dropped)."""
-    out: list[tuple[str, bytes, int]] = []
-    for chunk in batch:
-        if chunk.dropped:
-            out.append(("gap", b"", chunk.dropped))
-        elif out and out[-1][0] == chunk.stream and not out[-1][2]:
-            out[-1] = (chunk.stream, out[-1][1] + chunk.data, 0)
-        else:
-            out.append((chunk.stream, chunk.data, 0))
-    return out
 
 
 class RemoteOutput(Protocol):
@@ -245,7 +233,7 @@ class OutputFanout:
                     size += len(more.data)
                 if not self._output_wanted(session_id):
                     return
-                for stream, data, dropped in _merge(batch):
+                for stream, data, dropped in merge(batch):
                     if dropped:
                         offset += dropped
                         self._send_output(

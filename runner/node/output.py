@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.nodes.wire import NodeEvent
-from engine.sessions import OutputChunk, OutputSubscription, SessionManager
+from engine.sessions import OutputSubscription, SessionManager
+from engine.sessions.fanout import merge
 from engine.sessions.outtext import TextDecoder, output_frame
 from runner.node import gateways
 
@@ -25,19 +26,6 @@ Emit = Callable[[NodeEvent], Awaitable[None]]
 
 class WatchError(Exception):
     pass
-
-
-def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
-    """Adjacent chunks of one stream joined (fewer frames); gaps kept as ("gap", b"", dropped)."""
-    out: list[tuple[str, bytes, int]] = []
-    for chunk in batch:
-        if chunk.dropped:
-            out.append(("gap", b"", chunk.dropped))
-        elif out and out[-1][0] == chunk.stream and not out[-1][2]:
-            out[-1] = (chunk.stream, out[-1][1] + chunk.data, 0)
-        else:
-            out.append((chunk.stream, chunk.data, 0))
-    return out
 
 
 class NodeOutput:
@@ -143,7 +131,7 @@ class NodeOutput:
                         continue
                     batch.append(more)
                     size += len(more.data)
-                for stream, raw, dropped in _merge(batch):
+                for stream, raw, dropped in merge(batch):
                     if dropped:
                         offset += dropped
                         gap = {"sessionId": session_id, "dropped": True, "offset": offset}
