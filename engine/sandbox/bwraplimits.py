@@ -18,7 +18,7 @@ from engine import statefs
 from engine.sandbox import bwrapmemory
 from engine.sandbox.bwraprecords import list_sandboxes, runtime_dir
 from engine.sandbox.docker_ops import SandboxUnavailable
-from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, HOST_GROUP, INSTALL_PIDS_SHARE, KEPT_GROUPS
+from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, HOST_GROUP, INSTALL_PIDS_SHARE, KEPT_GROUPS, made
 from engine.sandbox.rambudget import (
     AGENT_MEMORY_SHARE,
     INSTALL_MEMORY_SHARE,
@@ -105,21 +105,14 @@ def pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
         install = base / f"exechost-{state_id()}"
         group = install / owner / name
         caps = ((install, host // INSTALL_PIDS_SHARE), (install / owner, host // AGENT_PIDS_SHARE))
-        for _ in range(3):  # a sweep by another start may remove an owner's group emptied a moment ago
-            try:
-                for parent, cap in caps:
-                    parent.mkdir(exist_ok=True)
-                    (parent / "pids.max").write_text(str(cap))
-                group.mkdir(exist_ok=True)
-                (group / "pids.max").write_text(str(limit))
-                return group
-            except FileNotFoundError:
-                continue
-            except OSError:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
-                break
+        found = made(caps, group, limit, _cap_pids, _cap_pids)
+        if found is not None:
+            return found
     return None
+
+
+def _cap_pids(group: Path, cap: int) -> None:
+    (group / "pids.max").write_text(str(cap))
 
 
 def host_pids_group(agent_id: str) -> Path | None:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from engine.sandbox import rambudget
-from engine.sandbox.ownergroups import KEPT_GROUPS
+from engine.sandbox.ownergroups import KEPT_GROUPS, made
 from engine.sandbox.settings import state_id
 
 MEMORY_BASE = Path("/sys/fs/cgroup/memory")
@@ -45,21 +45,11 @@ def memory_cgroup(name: str, owner: str, memory: str | None) -> Path | None:
         (install, ram // rambudget.INSTALL_MEMORY_SHARE),
         (install / owner, ram // rambudget.AGENT_MEMORY_SHARE),
     )
-    for _ in range(3):  # a sweep (here or dockercg's) may remove an owner's group emptied a moment ago
-        try:
-            for parent, cap in caps:
-                parent.mkdir(exist_ok=True)
-                _set_cap(parent, cap)
-            group.mkdir(exist_ok=True)
-            (group / "memory.limit_in_bytes").write_text(str(limit))
-            return group
-        except FileNotFoundError:
-            continue
-        except OSError:
-            with contextlib.suppress(OSError):
-                group.rmdir()
-            break
-    return None
+    return made(caps, group, limit, _set_cap, _cap_group)
+
+
+def _cap_group(group: Path, cap: int) -> None:
+    (group / "memory.limit_in_bytes").write_text(str(cap))
 
 
 def _set_cap(group: Path, cap: int) -> None:
