@@ -567,17 +567,25 @@ static void own_session_keyring(void) {
     if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS) die("keyctl join");
 }
 
-/* keyctl(KEYCTL_GET_PERSISTENT) hands the caller the account's persistent keyring (where a Kerberos KEYRING:
-   ccache lives), whatever its session keyring is (fresh round 11 a): refused with EPERM by a seccomp filter
-   installed after the fresh session keyring is joined; every other syscall, and keyctl's other operations,
-   are allowed. A syscall of another architecture (x32, i386 on x86-64) is refused outright. */
+/* A seccomp filter installed after the fresh session keyring is joined, refusing what reaches past the
+   run's namespaces; every other syscall is allowed. keyctl(KEYCTL_GET_PERSISTENT) hands the caller the
+   account's persistent keyring (where a Kerberos KEYRING: ccache lives), whatever its session keyring is
+   (fresh round 11 a): EPERM, keyctl's other operations allowed. socket() opens only the families a network
+   namespace confines (the sandboxes' list, engine.sandbox.seccomprules.SOCKET_FAMILIES: unix, inet,
+   inet6, netlink), others EAFNOSUPPORT: AF_VSOCK ignores the agent's own network namespace and listened
+   on, and reached, the hypervisor's side with no proxy and no ask (fresh round 13 b). io_uring_setup is
+   refused (EPERM, as Docker refuses it): its socket operation makes a socket no filter sees. A syscall of
+   another architecture (x32, i386 on x86-64) is refused outright. */
 #define KEYCTL_GET_PERSISTENT 22
+#ifndef SYS_io_uring_setup
+#define SYS_io_uring_setup 425
+#endif
 #if defined(__x86_64__)
 #define HOST_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define HOST_AUDIT_ARCH AUDIT_ARCH_AARCH64
 #endif
-static void refuse_persistent_keyring(void) {
+static void refuse_beyond_namespaces(void) {
 #ifdef HOST_AUDIT_ARCH
     struct sock_filter code[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
@@ -588,10 +596,20 @@ static void refuse_persistent_keyring(void) {
         BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
 #endif
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_keyctl, 0, 3),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_keyctl, 0, 4),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, KEYCTL_GET_PERSISTENT, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])), /* the int's low word */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
@@ -611,7 +629,7 @@ static void run_checked(const struct stat *want, char **command) {
         }
     }
     own_session_keyring();
-    refuse_persistent_keyring();
+    refuse_beyond_namespaces();
     scope_abstract_sockets();
     terminal_signals(SIG_DFL);
     sigset_t none;

@@ -386,6 +386,33 @@ def test_a_host_run_is_refused_the_persistent_keyring_and_keeps_its_other_keyctl
     assert "session True" in done.stdout
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="io_uring_setup's number on x86_64")
+def test_a_host_run_opens_only_the_socket_families_a_namespace_confines(tmp_path: Path) -> None:
+    """socket() of unix, inet, inet6 and netlink works in a host run; vsock (which no network namespace
+    confines: the hypervisor's side) and any other family is refused EAFNOSUPPORT, and io_uring (whose
+    socket operation no seccomp filter sees) EPERM."""
+    script = (
+        "import ctypes, socket\n"
+        "for name in ('AF_UNIX', 'AF_INET', 'AF_INET6', 'AF_NETLINK', 'AF_VSOCK', 'AF_PACKET', 'AF_ALG'):\n"
+        "    try:\n"
+        "        socket.socket(getattr(socket, name), socket.SOCK_DGRAM if name != 'AF_ALG' else 5).close()\n"
+        "        print(name, 'opened')\n"
+        "    except OSError as e:\n"
+        "        print(name, e.errno)\n"
+        "c = ctypes.CDLL(None, use_errno=True)\n"
+        "params = ctypes.create_string_buffer(120)\n"
+        "print('io_uring', c.syscall(425, 4, params), ctypes.get_errno())\n"
+    )
+    done = _run(f"exec python3 -c {shlex.quote(script)}", tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    for name in ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"):
+        assert lines[name] == "opened", done.stdout
+    for name in ("AF_VSOCK", "AF_PACKET", "AF_ALG"):
+        assert lines[name] == str(errno.EAFNOSUPPORT), done.stdout
+    assert lines["io_uring"] == f"-1 {errno.EPERM}", done.stdout
+
+
 def test_a_keeper_whose_bwrap_failed_its_setup_is_started_again(state_dir: Path, tmp_path: Path) -> None:
     """bwrap's setup fails now and then while the host's mount table changes under it (a source's path
     resolved to another mount), before anything of a run has started: the keeper is started again, and its
