@@ -233,8 +233,7 @@ class BrowserProxy:
                 ws = f"ws://{host}/{traded.make()}/novnc/websockify"
                 writer.write(_answer(b"application/json", json.dumps({"websocket": ws}).encode()))
             elif method == b"GET" and _ASSET.match(inner) and door.novnc_socket is not None:
-                request = b"GET " + inner[len(b"/novnc") :] + b" " + version
-                await self._upstream(door, door.novnc_socket, request, lines, reader, writer)
+                await _asset(door, door.novnc_socket, inner[len(b"/novnc") :], writer)
                 return
             else:
                 writer.write(FORBIDDEN)
@@ -265,6 +264,25 @@ class BrowserProxy:
             await _pipe_both(reader, writer, up_reader, up_writer)
         finally:
             up_writer.close()
+
+
+async def _asset(door: Door, target: str, path: bytes, writer: asyncio.StreamWriter) -> None:
+    """One of noVNC's public files for a ticket's page, asked for by the door in words of its own (GET,
+    the path the asset pattern matched, a fixed head, `Connection: close`) and its one answer relayed:
+    nothing of the client's head or of what it sent after (an Upgrade, which websockify honours on any
+    path; a pipelined `GET /websockify`) reaches websockify, so a ticket opens no VNC (fresh round 12 a)."""
+    try:
+        up_reader, up_writer = await open_browser_socket(target, door.container_id, HEAD_LIMIT)
+    except OSError:
+        writer.write(BAD_GATEWAY)
+        return
+    try:
+        up_writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: novnc\r\nConnection: close\r\n\r\n")
+        if up_writer.can_write_eof():
+            up_writer.write_eof()
+        await _pipe(up_reader, writer)
+    finally:
+        up_writer.close()
 
 
 def _answer(kind: bytes, body: bytes) -> bytes:
