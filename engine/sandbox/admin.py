@@ -8,7 +8,16 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bindfds, bwraplimits, bwrapview, docker_ops, landlock, rambudget, seccomp
+from engine.sandbox import (
+    bindfds,
+    bwraplimits,
+    bwrapview,
+    docker_ops,
+    landlock,
+    rambudget,
+    seccomp,
+    wsprune,
+)
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
@@ -343,6 +352,11 @@ def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = 
         return removed + await BrowserManager().prune(settings.idle_hours, settings.max_age_days)
 
     return _run(both())
+
+
+def prune_workspaces(config: Any, manager: SandboxManager | None = None) -> list[wsprune.Pruned]:
+    """The workspaces of sandboxes that no longer exist, removed (engine.sandbox.wsprune); blocking."""
+    return wsprune.prune(config, _manager(manager))
 
 
 # Set by the images `sandbox setup` builds (the busybox Dockerfile, the Debian and browser imports): marks
