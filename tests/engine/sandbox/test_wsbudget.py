@@ -14,12 +14,16 @@ import pytest
 
 from engine.config.loader import load_config_text
 from engine.config.model import ConfigError
-from engine.sandbox import wsbudget, wsfs, wsprune
+from engine.results import ToolError
+from engine.sandbox import admin, bwrap, prepare_exec, wsbudget, wsfs, wsprune
 from engine.sandbox.manager import SandboxManager
 from engine.sandbox.registry import Registry, RegistryEntry, now_ms
 from engine.sandbox.settings import layout, resolve_settings
 from engine.sandbox.wsbudget import Budget, WorkspaceBudgetError
 from tests.engine.sandbox.test_wsfs import needs_root, small_root
+from tests.helpers.bwrap import bwrap_mgr, needs_bwrap, run
+
+__all__ = ["bwrap_mgr"]  # the fixture, imported for pytest
 
 MIB = 1 << 20
 
@@ -220,4 +224,43 @@ def test_prune_workspaces_removes_those_of_sandboxes_gone_and_keeps_the_rest(
             # its budget has room again
             wsfs.ensure(root, later.sandbox_workspace, wsbudget.for_scope(settings, later.scope_key, "main"))
         finally:
+            unmount_all(root)
+
+
+@needs_root
+@needs_bwrap
+async def test_an_agent_refused_by_its_budget_gets_room_after_the_operator_prunes_workspaces(
+    tmp_path: Path, state_dir: Path, bwrap_mgr: SandboxManager, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.config.loader import load_config
+    from runner.cli import main
+
+    with small_root(tmp_path / "sandboxes") as root:
+        try:
+            cfg_path = state_dir / "config.toml"
+            cfg_path.write_text(CONFIG.format(root=root, budget=4 * MIB))  # two workspaces of 2 MiB
+            config = load_config(cfg_path)
+            kept = await prepare_exec(config, "main", "agent:main:kept", None, manager=bwrap_mgr)
+            await prepare_exec(config, "main", "agent:main:ended", None, manager=bwrap_mgr)
+            with pytest.raises(ToolError, match=r"agent main's sandbox workspaces .* prune --workspaces"):
+                await prepare_exec(config, "main", "agent:main:new", None, manager=bwrap_mgr)
+            await bwrap_mgr.settle()
+            assert admin.recreate(config, session="agent:main:ended", manager=bwrap_mgr)["removed"]
+            ws = {
+                k: layout(resolve_settings(config, "main"), "main", f"agent:main:{k}").sandbox_workspace
+                for k in ("kept", "ended")
+            }
+            old = (time.time() - 3600, time.time() - 3600)
+            for path in ws.values():
+                os.utime(path, old)
+                os.utime(wsfs.image_path(root, path), old)
+            assert main(["sandbox", "prune", "--workspaces", "--config", str(cfg_path)]) == 0
+            out = capsys.readouterr().out
+            assert f"✓ Removed workspace {ws['ended']} (2097152 bytes of its agent's budget" in out, out
+            assert "Pruned 1 workspace(s)" in out and os.path.ismount(ws["kept"]), out
+            assert (await run(kept, "echo still"))[1] == "still\n"
+            again = await prepare_exec(config, "main", "agent:main:new", None, manager=bwrap_mgr)
+            assert (await run(again, "echo made"))[1] == "made\n"  # (in a new 2 MiB workspace)
+        finally:
+            bwrap.remove_all()
             unmount_all(root)
