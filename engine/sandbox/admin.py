@@ -138,6 +138,8 @@ def explain(
         "scopeKey": lay.scope_key,
         "workspaceAccess": settings.workspace_access,
         "workspaceRoot": settings.workspace_root,
+        # all of the agent's workspaces together (engine.sandbox.wsbudget); None: a quarter of their disk
+        "maxWorkspaceBytesPerAgent": settings.max_workspace_bytes,
         "workspaceDir": lay.workspace_dir,
         "agentWorkspaceDir": lay.agent_workspace,
         "agentMount": lay.agent_mount,

@@ -131,7 +131,7 @@ def test_the_budget_follows_a_config_change(tmp_path: Path, state_dir: Path) -> 
             unmount_all(root)
 
 
-def test_the_budget_is_a_config_key_with_a_clear_error_for_bad_values() -> None:
+def test_the_budget_is_a_config_key_with_a_clear_error_for_bad_values(state_dir: Path) -> None:
     config = load_config_text(
         "[agents.defaults.sandbox]\nmaxWorkspaceBytesPerAgent = 8388608\n"
         '[[agents.list]]\nid = "ops"\n[agents.list.sandbox]\nmaxWorkspaceBytesPerAgent = 4194304\n'
@@ -139,6 +139,9 @@ def test_the_budget_is_a_config_key_with_a_clear_error_for_bad_values() -> None:
     assert resolve_settings(config, "main").max_workspace_bytes == 8 * MIB
     assert resolve_settings(config, "ops").max_workspace_bytes == 4 * MIB  # per agent
     assert resolve_settings(load_config_text(""), "main").max_workspace_bytes is None  # a share of the disk
+    assert (
+        admin.explain(config, "ops")["maxWorkspaceBytesPerAgent"] == 4 * MIB
+    )  # (what `sandbox explain` shows)
     for bad, said in (("1024", "at least 2097152"), ('"8m"', "expected an integer")):
         with pytest.raises(ConfigError) as exc:
             load_config_text(f"[agents.defaults.sandbox]\nmaxWorkspaceBytesPerAgent = {bad}\n")
