@@ -211,9 +211,9 @@ class _Checker:
             if spec.clamp is not None:
                 return min(max(value, spec.clamp[0]), spec.clamp[1])
             if spec.minimum is not None and value < spec.minimum:
-                raise self.error(parts, f"must be at least {spec.minimum:g}")
+                raise self.error(parts, f"must be at least {_number(spec.minimum)}")
             if spec.maximum is not None and value > spec.maximum:
-                raise self.error(parts, f"must be at most {spec.maximum:g}")
+                raise self.error(parts, f"must be at most {_number(spec.maximum)}")
             return value
         if kind == "size":
             if isinstance(value, bool) or not isinstance(value, int | str):
@@ -635,6 +635,11 @@ def _check_rootfs(check: _Checker, bwrap: Mapping[str, Any], parts: PathParts) -
     rootfs = bwrap.get("rootfs")
     if rootfs is not None and not os.path.isabs(os.path.expanduser(rootfs)):
         raise check.error([*parts, "rootfs"], f"must be an absolute path, got {rootfs!r}")
+
+
+def _number(limit: float) -> str:
+    """A limit as a config file spells it: 2097152, never 2.09715e+06 (a byte count read back)."""
+    return str(int(limit)) if float(limit).is_integer() else f"{limit:g}"
 
 
 def _exec_config(values: Mapping[str, Any]) -> ExecConfig:

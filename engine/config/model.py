@@ -141,6 +141,9 @@ class SandboxConfig:
     egress: dict[str, Any] = field(default_factory=dict)
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
+    # All of one agent's workspace images together, in bytes (engine.sandbox.wsbudget); None: a quarter of
+    # the filesystem they are on
+    max_workspace_bytes_per_agent: int | None = None
 
 
 @dataclass

@@ -197,6 +197,9 @@ SANDBOX_KEYS: dict[str, Spec | Table] = {
     "scope": Spec("scope", "enum", SANDBOX_SCOPES),
     "workspaceAccess": Spec("workspace_access", "enum", WORKSPACE_ACCESS),
     "workspaceRoot": Spec("workspace_root", "str"),
+    # All of one agent's workspaces together, in bytes (engine.sandbox.wsbudget: each image's size, its cap,
+    # counted); at least one small workspace (its FLOOR_BYTES). Unset: a quarter of their filesystem.
+    "maxWorkspaceBytesPerAgent": Spec("max_workspace_bytes_per_agent", "int", minimum=2 * MIB),
     # A `[nodes.<name>]` whose Docker engine runs this agent's sandboxes (its node runner creates them).
     "node": Spec("node", "str"),
     "docker": Table("docker", DOCKER_KEYS),

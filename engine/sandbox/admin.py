@@ -8,7 +8,16 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bindfds, bwraplimits, bwrapview, docker_ops, landlock, rambudget, seccomp
+from engine.sandbox import (
+    bindfds,
+    bwraplimits,
+    bwrapview,
+    docker_ops,
+    landlock,
+    rambudget,
+    seccomp,
+    wsprune,
+)
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
@@ -129,6 +138,8 @@ def explain(
         "scopeKey": lay.scope_key,
         "workspaceAccess": settings.workspace_access,
         "workspaceRoot": settings.workspace_root,
+        # all of the agent's workspaces together (engine.sandbox.wsbudget); None: a quarter of their disk
+        "maxWorkspaceBytesPerAgent": settings.max_workspace_bytes,
         "workspaceDir": lay.workspace_dir,
         "agentWorkspaceDir": lay.agent_workspace,
         "agentMount": lay.agent_mount,
@@ -343,6 +354,11 @@ def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = 
         return removed + await BrowserManager().prune(settings.idle_hours, settings.max_age_days)
 
     return _run(both())
+
+
+def prune_workspaces(config: Any, manager: SandboxManager | None = None) -> list[wsprune.Pruned]:
+    """The workspaces of sandboxes that no longer exist, removed (engine.sandbox.wsprune); blocking."""
+    return wsprune.prune(config, _manager(manager))
 
 
 # Set by the images `sandbox setup` builds (the busybox Dockerfile, the Debian and browser imports): marks

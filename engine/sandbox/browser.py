@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.sandbox import docker_ops, dockercg, wsfs
+from engine.sandbox import docker_ops, dockercg, wsbudget, wsfs
 from engine.sandbox.manager import SandboxError, refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
@@ -322,12 +322,14 @@ class BrowserManager:
         if not state.exists:
             await self._create(settings, blay, agent_id, expected)
         elif not state.running:
-            await asyncio.to_thread(self._check_dirs, settings, blay, None)
+            await asyncio.to_thread(self._check_dirs, settings, blay, None, agent_id)
             await asyncio.to_thread(docker_ops.start, blay.name)
         await self._wait_cdp(blay, settings.browser.auto_start_timeout_ms / 1000)
         return warnings
 
-    def _check_dirs(self, settings: SandboxSettings, blay: BrowserLayout, user: str | None) -> None:
+    def _check_dirs(
+        self, settings: SandboxSettings, blay: BrowserLayout, user: str | None, agent_id: str
+    ) -> None:
         if len(blay.cdp_socket.encode()) > MAX_SOCKET_PATH:
             raise SandboxError(
                 f"The browser socket path {blay.cdp_socket} is longer than {MAX_SOCKET_PATH} bytes; use a "
@@ -335,7 +337,9 @@ class BrowserManager:
             )
         try:
             if os.path.dirname(blay.workspace_dir) == settings.workspace_root:  # the scope's own workspace
-                wsfs.ensure(settings.workspace_root, blay.workspace_dir)  # (capped: engine.sandbox.wsfs)
+                # (capped: engine.sandbox.wsfs; a new one within its agent's budget: engine.sandbox.wsbudget)
+                budget = wsbudget.for_scope(settings, blay.scope_key, agent_id)
+                wsfs.ensure(settings.workspace_root, blay.workspace_dir, budget)
             else:
                 ensure_dir(settings.workspace_root, blay.workspace_dir)
             ensure_dir(str(statefs.state_dir()), blay.socket_dir)
@@ -360,7 +364,7 @@ class BrowserManager:
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(f"{exc} For the browser image: `exechost sandbox setup --browser`.") from None
         user = docker.user or workspace_user(blay.workspace_dir)
-        await asyncio.to_thread(self._check_dirs, settings, blay, user)
+        await asyncio.to_thread(self._check_dirs, settings, blay, user, agent_id)
         env = sanitize_container_env(docker.env, explicit=docker.env.keys()).env
         created = now_ms()
         kwargs = await asyncio.to_thread(

@@ -14,7 +14,7 @@ from typing import Any
 from engine import fairpool, statefs
 from engine.errors import ExecHostError
 from engine.principals import MAIN_AGENT, key_owner
-from engine.sandbox import agentcap, bwrap, docker_ops, wsfs
+from engine.sandbox import agentcap, bwrap, docker_ops, wsbudget, wsfs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
 from engine.sandbox.egress import forwarder
@@ -149,6 +149,15 @@ class SandboxManager:
     async def _claim(self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str) -> bool:
         """A ready pool container becomes this scope's; False: none fits, create one as usual."""
         key = self.pool.key(settings, agent_id)
+        budget = wsbudget.for_scope(settings, lay.scope_key, agent_id)
+        # A spare's image (its cap) becomes the agent's: none when its budget has no room for it (the
+        # create path makes one within what is left, or says why not).
+        if (
+            key is not None
+            and budget is not None
+            and not await fairpool.to_thread(wsfs.fits, settings.workspace_root, budget)
+        ):
+            return False
         entry = self.pool.take(key) if key is not None else None
         if entry is None:
             return False
@@ -165,7 +174,7 @@ class SandboxManager:
             self.pool.put_back(entry)
             raise
         self._progress(lay.name, "claiming a ready container from the pool")
-        claim = asyncio.ensure_future(fairpool.to_thread(self.pool.claim, entry, settings, lay))
+        claim = asyncio.ensure_future(fairpool.to_thread(self.pool.claim, entry, settings, lay, budget))
         try:
             await asyncio.shield(claim)
         except asyncio.CancelledError:
@@ -289,7 +298,7 @@ class SandboxManager:
             raise SandboxError(str(exc)) from None
         if settings.docker.network not in ("", "none"):
             raise SandboxError(bwrap.network_refusal(lay.name, settings.docker.network))
-        await fairpool.to_thread(_check_workspaces, settings, lay)
+        await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)
         channel.prepare()
         _, has_bb = await fairpool.to_thread(sv.ensure_bin_dir)
         env, env_warnings = self.container_env(settings)
@@ -393,7 +402,7 @@ class SandboxManager:
         elif not state.running:
             self._progress(lay.name, "starting stopped container")
             self._check_binds(settings, lay)  # Docker mounts them again, by path, at this start
-            await fairpool.to_thread(_check_workspaces, settings, lay)  # binds are mounted at start
+            await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)  # binds are mounted at start
             channel.prepare()
             await fairpool.to_thread(sv.ensure_bin_dir)
             await fairpool.to_thread(docker_ops.start, lay.name)
@@ -407,7 +416,7 @@ class SandboxManager:
                 # Its control dir was replaced under it, or the supervisor died: a restart re-binds both.
                 self._progress(lay.name, "restarting container: exec supervisor not answering")
                 self._check_binds(settings, lay)
-                await fairpool.to_thread(_check_workspaces, settings, lay)
+                await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)
                 await fairpool.to_thread(sv.ensure_bin_dir)
                 await fairpool.to_thread(docker_ops.restart, lay.name)
                 await channel.wait_ready()
@@ -454,7 +463,7 @@ class SandboxManager:
             await fairpool.to_thread(docker_ops.ensure_image, settings.docker.image)
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from None
-        await fairpool.to_thread(_check_workspaces, settings, lay)
+        await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)
         channel = sv.Channel(lay.name)
         channel.prepare()
         _, has_bb = await fairpool.to_thread(sv.ensure_bin_dir)
@@ -713,12 +722,17 @@ def refuse_foreign(state: docker_ops.ContainerState, name: str, scope_key: str) 
         )
 
 
-def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
+def _check_workspaces(settings: SandboxSettings, lay: Layout, agent_id: str) -> None:
     """Create or re-check, without following links, every workspace a container is about to mount."""
     own_workspace(settings, lay)
     try:
-        # its own capped filesystem (engine.sandbox.wsfs: root only), mounted before any sandbox binds it
-        wsfs.ensure(settings.workspace_root, lay.sandbox_workspace)
+        # its own capped filesystem (engine.sandbox.wsfs: root only), mounted before any sandbox binds it,
+        # a new one within what its agent's workspaces together may take (engine.sandbox.wsbudget)
+        wsfs.ensure(
+            settings.workspace_root,
+            lay.sandbox_workspace,
+            wsbudget.for_scope(settings, lay.scope_key, agent_id),
+        )
         for path in {lay.workspace_dir, lay.agent_mount or lay.workspace_dir}:
             if path != lay.sandbox_workspace:
                 ensure_dir(_trusted_root(path, settings.workspace_root), path)

@@ -385,8 +385,11 @@ class Pool:
             self._spawn(f"discard:{entry.name}", self._discard([entry]))
         return None
 
-    def claim(self, entry: PoolEntry, settings: SandboxSettings, lay: Layout) -> None:
-        """Make `entry` the container of `lay` (blocking). ClaimMissed: the caller creates one as usual."""
+    def claim(
+        self, entry: PoolEntry, settings: SandboxSettings, lay: Layout, budget: wsfs.Budget | None = None
+    ) -> None:
+        """Make `entry` the container of `lay` (blocking). ClaimMissed: the caller creates one as usual.
+        `budget`: whose the workspace becomes (engine.sandbox.wsbudget: the spare's image must fit it)."""
         target = lay.sandbox_workspace
         if lay.workspace_dir != target or os.path.dirname(target) != settings.workspace_root:
             raise ClaimMissed("not a pooled layout", untouched=True)
@@ -403,7 +406,7 @@ class Pool:
         try:
             if os.path.ismount(entry.workspace):  # its own filesystem (wsfs): a mountpoint never renames
                 os.mkdir(target, 0o700)  # (something made it meanwhile: refused)
-                wsfs.move(settings.workspace_root, entry.workspace, target)
+                wsfs.move(settings.workspace_root, entry.workspace, target, budget)
             else:
                 _rename_noreplace(entry.workspace, target)  # (something made it meanwhile: refused)
             if not _same_dir(target, entry.ident):  # the very dir the container mounts

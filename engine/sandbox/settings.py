@@ -85,6 +85,8 @@ class SandboxSettings:
     egress: EgressPolicy = field(default_factory=EgressPolicy)  # the only route out (engine.sandbox.egress)
     idle_hours: float = 24
     max_age_days: float = 7
+    # All of the agent's workspace images together (engine.sandbox.wsbudget); None: a share of their disk
+    max_workspace_bytes: int | None = None
 
 
 def _camel(name: str) -> str:
@@ -193,7 +195,12 @@ def _resolve(merged: Any) -> SandboxSettings:
         egress=EgressPolicy.from_config(getattr(merged, "egress", None)),
         idle_hours=float(prune.get("idle_hours", 24)),
         max_age_days=float(prune.get("max_age_days", 7)),
+        max_workspace_bytes=_bytes(top.get("max_workspace_bytes_per_agent")),
     )
+
+
+def _bytes(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _rootfs(value: Any) -> str | None:
@@ -266,6 +273,11 @@ def slugify(value: str) -> str:
     part is lowercased and cut, so it never may), and at 128 bits no colliding key can be searched for."""
     text = re.sub(r"[^a-z0-9._-]+", "-", value.strip().lower()).strip("-")[:32] or "session"
     return f"{text}-{hashlib.sha256(value.encode()).hexdigest()[:SLUG_HASH_HEX]}"
+
+
+def workspace_name(scope_key: str) -> str:
+    """The name of a scope's workspace dir under its root (engine.sandbox.wsprune reads it back)."""
+    return "shared" if scope_key == "shared" else slugify(scope_key)
 
 
 def state_id() -> str:
@@ -374,7 +386,7 @@ def _layout(
     # The shared scope gets a sibling dir of its own, never the root: mounting the root would hand one
     # container every other scope's workspace (and the power to swap them for links). Slugs always end
     # in "-<hash>", so "shared" never collides with one; a gateway's own shared scope on a node is a slug.
-    sandbox_ws = str(root / ("shared" if key == "shared" else slugify(key)))
+    sandbox_ws = str(root / workspace_name(key))
     # On a shared node the agent's workspace is its gateway's agent's too (`<ns><agent>`, never the name).
     agent_ws = os.path.abspath(agent_workspace or agent_workspace_dir(namespace + agent_id))
     if settings.workspace_access == "rw":

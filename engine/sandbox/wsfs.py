@@ -32,8 +32,9 @@ import stat
 import struct
 import subprocess
 
-from engine.sandbox import beneath
+from engine.sandbox import beneath, wsbudget
 from engine.sandbox.workspace import WorkspaceError, open_workspace
+from engine.sandbox.wsbudget import Budget
 
 log = logging.getLogger(__name__)
 
@@ -73,42 +74,55 @@ def image_path(root: str, path: str) -> str:
     return os.path.join(os.path.abspath(root), IMAGES, os.path.basename(path) + ".img")
 
 
-def ensure(root: str, path: str) -> bool:
+def ensure(root: str, path: str, budget: Budget | None = None) -> bool:
     """`path` (a sandbox workspace, a child of `root`) created and mounted on its capped filesystem: True
     when it is one (now or before), False when it stays a plain dir (not root, a plain dir with files, or
     the mount refused). Raises WorkspaceError when its image cannot be mounted again (its files are there:
-    never replaced by an empty dir)."""
+    never replaced by an empty dir). `budget`: whose it is (engine.sandbox.wsbudget): a new one is made
+    within what its owner's budget has left (WorkspaceBudgetError: nothing is), an image from before owners
+    were recorded becomes theirs; None (the shared scope's, a pool spare's): nobody's, its cap alone."""
     ws = open_workspace(root, path)
     try:
         if not enabled():
             return False
         parent = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            if os.fstat(ws).st_dev != os.fstat(parent).st_dev:
-                return True  # mounted already (the common case: one stat each)
+            mounted = os.fstat(ws).st_dev != os.fstat(parent).st_dev  # (the common case: one stat each)
         finally:
             os.close(parent)
         images = open_workspace(root, os.path.join(root, IMAGES))
         try:
+            name = os.path.basename(path) + ".img"
+            if mounted and (budget is None or wsbudget.owner_of(images, name) is not None):
+                return True
             fcntl.flock(images, fcntl.LOCK_EX)  # (one mounter at a time: gateway, CLI, pool)
-            return _ensure_locked(root, path, images)
+            return _ensure_locked(root, path, images, budget)
         finally:
             os.close(images)
     finally:
         os.close(ws)
 
 
-def _ensure_locked(root: str, path: str, images: int) -> bool:
+def _adopt(images: int, name: str, budget: Budget | None) -> None:
+    """An image made before owners were recorded becomes the owner of its scope's (counted from now on)."""
+    if budget is not None and wsbudget.owner_of(images, name) is None:
+        wsbudget.record(images, name, budget.owner)
+
+
+def _ensure_locked(root: str, path: str, images: int, budget: Budget | None) -> bool:
     ws = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # (again, under the lock)
     try:
-        if os.path.ismount(path):
-            return True
         name = os.path.basename(path) + ".img"
         image = os.path.join(root, IMAGES, name)
         have = beneath.lstat(images, name)
+        if os.path.ismount(path):
+            if have is not None and stat.S_ISREG(have.st_mode):
+                _adopt(images, name, budget)
+            return True
         if have is not None:
             if not stat.S_ISREG(have.st_mode):
                 raise WorkspaceError(f"sandbox workspace image {image} is not a regular file")
+            _adopt(images, name, budget)
             if os.listdir(ws):  # (its files would be hidden under the mount, and the agent's lost to it)
                 raise WorkspaceError(
                     f"sandbox workspace {path} has files, and its filesystem {image} is not mounted: move "
@@ -135,13 +149,19 @@ def _ensure_locked(root: str, path: str, images: int) -> bool:
                     root,
                 )
             return False
+        size = cap(root)
+        if budget is not None:  # (WorkspaceBudgetError: the owner's others take its budget)
+            size = wsbudget.size_for(root, images, name, budget, size, FLOOR_BYTES)
         try:
-            _make(root, images, name)
+            if budget is not None:
+                wsbudget.record(images, name, budget.owner)  # (first: no image of nobody's is ever left)
+            _make(images, name, size)
             _mount(images, name, ws)
         except (OSError, subprocess.SubprocessError) as exc:
             _refused.add(root)
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=images)
+            wsbudget.forget(images, name)
             log.warning("sandbox workspaces under %s stay plain dirs (uncapped): %s", root, exc)
             return False
         _fresh(path)
@@ -174,14 +194,15 @@ def docker_sees_our_mounts() -> bool:
         return False
 
 
-def _make(root: str, images: int, name: str) -> None:
-    """A new sparse image, its filesystem made before it takes its name (a crash leaves no half-made one)."""
+def _make(images: int, name: str, size: int) -> None:
+    """A new sparse image of `size` bytes, its filesystem made before it takes its name (a crash leaves no
+    half-made one)."""
     new = name + ".new"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(new, dir_fd=images)
     fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=images)
     try:
-        os.ftruncate(fd, cap(root))
+        os.ftruncate(fd, size)
         subprocess.run(
             # A new sparse file reads as zeros: its journal and inode tables need no zeroing, which would
             # write them out (a 16 GiB image took 135 MB of the host's disk made, 4 MB without)
@@ -288,18 +309,50 @@ def remove(root: str, path: str) -> None:
     if os.path.ismount(path):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.umount2(os.fsencode(path), _MNT_DETACH)  # (a run still inside keeps its files until it ends)
+    image = image_path(root, path)
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(image_path(root, path))
+        os.unlink(image)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(image + wsbudget.OWNER_SUFFIX)
 
 
-def move(root: str, source: str, target: str) -> None:
+def fits(root: str, budget: Budget) -> bool:
+    """Whether the owner's budget has a full workspace's cap left under `root` (a pool spare, made at its
+    cap, may become theirs). Only a hint: move and ensure decide, under the images lock."""
+    if not enabled():
+        return True
+    images = open_workspace(root, os.path.join(root, IMAGES))
+    try:
+        fcntl.flock(images, fcntl.LOCK_SH)
+        most = wsbudget.limit(root, budget, FLOOR_BYTES)
+        return wsbudget.used(images, budget.owner) + cap(root) <= most
+    finally:
+        os.close(images)
+
+
+def move(root: str, source: str, target: str, budget: Budget | None = None) -> None:
     """A pool spare's workspace made a scope's: its filesystem bound at `target` (a new empty dir; a bind,
     not MS_MOVE, which a shared parent mount refuses), detached from `source` (then removed), and its image
-    renamed with it. The spare's container keeps the same filesystem: it bound it, not the path."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(os.fsencode(source), os.fsencode(target), None, _MS_BIND, None) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
-    libc.umount2(os.fsencode(source), _MNT_DETACH)
-    os.rename(image_path(root, source), image_path(root, target))
+    renamed with it. The spare's container keeps the same filesystem: it bound it, not the path. `budget`:
+    the scope's owner, whose budget the spare's image must fit (WorkspaceBudgetError, nothing moved)."""
+    images = open_workspace(root, os.path.join(root, IMAGES))
+    try:
+        fcntl.flock(images, fcntl.LOCK_EX)  # (the owner's others counted as no one else adds one)
+        spare = os.path.basename(source) + ".img"
+        name = os.path.basename(target) + ".img"
+        if budget is not None:
+            st = beneath.lstat(images, spare)
+            size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else cap(root)
+            wsbudget.check(root, images, name, budget, size, FLOOR_BYTES)
+            wsbudget.record(images, name, budget.owner)  # (first: its image is never nobody's)
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mount(os.fsencode(source), os.fsencode(target), None, _MS_BIND, None) != 0:
+            err = ctypes.get_errno()
+            wsbudget.forget(images, name)
+            raise OSError(err, os.strerror(err))
+        libc.umount2(os.fsencode(source), _MNT_DETACH)
+        os.rename(spare, name, src_dir_fd=images, dst_dir_fd=images)
+        wsbudget.forget(images, spare)
+    finally:
+        os.close(images)
     os.rmdir(source)

@@ -23,7 +23,7 @@ from engine.protocol.requests import (
     SandboxEgress,
     SandboxList,
 )
-from engine.sandbox import admin, wsfs
+from engine.sandbox import admin, wsbudget, wsfs
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
 from engine.sandbox.settings import DEFAULT_IMAGE, layout, main_session_key, resolve_settings
@@ -93,6 +93,12 @@ def register(subparsers: Subparsers) -> None:
     p = actions.add_parser("prune", help="remove containers idle past idleHours or older than maxAgeDays now")
     add_config_arg(p)
     p.add_argument("--agent", type=agent_arg, default="main", metavar="ID", help="whose prune settings apply")
+    p.add_argument(
+        "--workspaces",
+        action="store_true",
+        help="then remove the workspaces of sandboxes that no longer exist (their files too), so agents' "
+        "workspace budgets (maxWorkspaceBytesPerAgent) have room again",
+    )
     _node_arg(p)
     p.set_defaults(func=cmd_prune)
 
@@ -392,7 +398,11 @@ def cmd_stage(args: argparse.Namespace) -> int:
     lay = layout(settings, args.agent, args.session or main_session_key(args.agent))
     staged = []
     try:  # its own filesystem mounted first (after a reboot): never files written under the mount
-        wsfs.ensure(settings.workspace_root, lay.sandbox_workspace)
+        wsfs.ensure(
+            settings.workspace_root,
+            lay.sandbox_workspace,
+            wsbudget.for_scope(settings, lay.scope_key, args.agent),
+        )
     except (OSError, WorkspaceError) as exc:
         return _fail(exc)
     for name in args.files:
@@ -409,6 +419,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    if args.workspaces and args.node:
+        return _fail(
+            ExecHostError(
+                "--workspaces removes this machine's workspaces: run it on the node (without --node)"
+            )
+        )
     try:
         if args.node:
             got = _node_call(args, "sandbox.prune", {"agentId": args.agent}).get("removed")
@@ -420,6 +436,22 @@ def cmd_prune(args: argparse.Namespace) -> int:
     for name in removed:
         print(f"✓ Removed {clean(name)}")
     print(f"Pruned {len(removed)} runtime(s).")
+    if args.workspaces:
+        return _prune_workspaces(args)
+    return 0
+
+
+def _prune_workspaces(args: argparse.Namespace) -> int:
+    """After the runtimes: the workspaces of sandboxes that no longer exist (engine.sandbox.wsprune)."""
+    try:
+        gone = admin.prune_workspaces(_config(args))
+    except (SandboxUnavailable, ExecHostError, OSError) as exc:
+        return _fail(exc)
+    for ws in gone:
+        print(
+            f"✓ Removed workspace {clean(ws.path)} ({ws.size} bytes of its agent's budget, {ws.disk} on disk)"
+        )
+    print(f"Pruned {len(gone)} workspace(s): {sum(ws.size for ws in gone)} bytes of budgets freed.")
     return 0
 
 

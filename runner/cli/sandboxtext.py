@@ -73,6 +73,7 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  scope: {info['scope']}  (scopeKey: {clean(info['scopeKey'])})",
         f"  workspaceAccess: {info['workspaceAccess']}",
         f"  workspaceRoot: {info['workspaceRoot']}",
+        f"  maxWorkspaceBytesPerAgent: {_budget(info.get('maxWorkspaceBytesPerAgent'))}",
         f"  workspaceDir: {info['workspaceDir']} -> {d['workdir']} (rw)",
     ]
     if info["agentMount"]:
@@ -264,3 +265,10 @@ def format_browsers(rows: list[dict[str, Any]]) -> str:
     running = sum(1 for r in rows if r["running"])
     lines.append(f"Total: {len(rows)} ({running} running)")
     return "\n".join(lines)
+
+
+def _budget(value: object) -> str:
+    """An agent's workspace budget as explain shows it (engine.sandbox.wsbudget)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value} bytes"
+    return "unset (a quarter of the filesystem the workspaces are on)"

@@ -121,16 +121,7 @@ async def test_class3_one_agents_own_dir_fills_the_state_dirs_disk_for_everyone(
     assert "error" not in history, history  # was: "decision history not written: the disk is full"
 
 
-SESSION_WORKSPACES_OPEN = pytest.mark.xfail(
-    strict=True,
-    reason="open: each sandbox workspace is capped (engine.sandbox.wsfs: an 8th of the filesystem), not "
-    'each agent\'s workspaces together: under scope = "session" an agent makes one per session key it '
-    "names, so enough keys fill the state dir's disk as one uncapped workspace did",
-)
-
-
 @needs_root
-@SESSION_WORKSPACES_OPEN
 async def test_class3_one_agents_session_workspaces_together_fill_the_state_dirs_disk(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -308,3 +308,26 @@ async def test_one_agents_spares_never_serve_another_and_sit_in_its_owner_group(
     assert inspect(spare.name)["HostConfig"]["CgroupParent"] == (
         dockercg.parent_for(dockercg.owner_of("session", "main")) or ""
     )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="workspaces are capped filesystems for a root gateway only")
+async def test_a_spare_becomes_an_agents_workspace_only_within_its_budget(
+    mgr: SandboxManager, tmp_path: Path
+) -> None:
+    from engine.results import ToolError
+    from tests.engine.sandbox.test_wsfs import small_root
+
+    with small_root(tmp_path / "ws") as root:  # 16 MiB: every workspace (spares too) its 2 MiB floor
+        cfg = config(f'scope = "session"\nworkspaceRoot = "{root}"\nmaxWorkspaceBytesPerAgent = {4 << 20}')
+        spare = await warmed(mgr, cfg)
+        spare_id = inspect(spare.name)["Id"]
+        first = await prepare_exec(cfg, "main", "agent:main:a", None, manager=mgr)
+        assert inspect(first.container)["Id"] == spare_id
+        assert not docker_ops.inspect(spare.name).exists  # claimed: its image is main's now
+        await prepare_exec(cfg, "main", "agent:main:b", None, manager=mgr)
+        await mgr.pool.settle()
+        (waiting,) = mgr.pool.ready()
+        with pytest.raises(ToolError, match=r"agent main's sandbox workspaces already take 4194304 bytes"):
+            await prepare_exec(cfg, "main", "agent:main:c", None, manager=mgr)
+        assert [e.name for e in mgr.pool.ready()] == [waiting.name]  # not spent on a refused scope
+        assert os.path.ismount(waiting.workspace)
