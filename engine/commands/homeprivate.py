@@ -161,7 +161,7 @@ def hides(path: str) -> bool:
     found: Found | None = getattr(_here, "found", None)
     if found is None:
         return False
-    return path in set(found.files) or _below(os.path.dirname(path), set(found.dirs))
+    return path in set(found.files) or below(os.path.dirname(path), set(found.dirs))
 
 
 def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
@@ -312,16 +312,16 @@ def view_ops(empty: str, found: Found) -> list[str]:
     ops: list[str] = []
     covered: set[str] = set()
     for d in sorted(found.dirs, key=lambda p: (p.count(os.sep), p)):
-        if not _below(d, covered):
+        if not below(d, covered):
             covered.add(d)
             ops += ["--tmpfs", d, "--remount-ro", d]
     for f in found.files:
-        if not _below(f, covered):
+        if not below(f, covered):
             ops += ["--ro-bind", empty, f]
     return ops
 
 
-def _below(path: str, covered: set[str]) -> bool:
+def below(path: str, covered: set[str]) -> bool:
     """Whether `path` is one of `covered` or below one (one set lookup per level)."""
     while len(path) > 1:
         if path in covered:
