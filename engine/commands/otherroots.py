@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterable
+
+_here = threading.local()  # this thread's last view: (own roots, other roots covered), for hides()
 
 
 def resolve(given: str) -> str:
@@ -45,6 +48,17 @@ def hidden_at(path: str, own: Iterable[str], other: Iterable[str]) -> str | None
     return owner if owner is not None and owner not in set(own) else None
 
 
+def hides(path: str) -> bool:
+    """Whether the view this thread built last (its ops()) covers `path` (absolute, as the view names it,
+    or where it leads): a copy a run's view binds over it later (a vetted file pinned at its path, a
+    sealed copy of a script) would show another agent's file again."""
+    own, other = getattr(_here, "view", ([], []))
+    if not other:
+        return False
+    named = os.path.abspath(path)
+    return any(hidden_at(p, own, other) is not None for p in {named, os.path.realpath(named)})
+
+
 def make_missing(own: list[str], other: list[str], home: str) -> None:
     """Each missing root of `other` made (0700) from the innermost existing root of this agent's holding it,
     or from the home, one directory at a time by fd with no link followed: below a root of this agent's, a
@@ -66,6 +80,7 @@ def ops(own: list[str], other: list[str]) -> list[str]:
     `own`: this agent's roots as bound (present, resolved); `other`: others(), present ones only kept."""
     present = [r for r in other if os.path.isdir(r) and not os.path.islink(r)]
     roots = [*own, *present]
+    _here.view = (list(own), present)
     steps: list[tuple[tuple[int, str], list[str]]] = []
     covers: list[str] = []
     fixed: set[str] = set()

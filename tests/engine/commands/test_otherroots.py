@@ -12,6 +12,7 @@ import pytest
 from engine.approvals.store import ApprovalsStore
 from engine.commands import hostkeeper, hostview, otherroots
 from engine.commands.pinned import pinned_view
+from engine.commands.verified import Mirror
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import connect, gateway, write_config
 
@@ -179,3 +180,47 @@ async def test_the_kept_view_follows_another_agents_roots_when_the_config_change
         finally:
             await op.close()
     assert seen == [True, False, True]
+
+
+def _ops_work() -> tuple[Path, hostview.Outside]:
+    home = Path.home()
+    (home / "ops-work").mkdir()
+    (home / "main-work").mkdir()
+    outside = hostview.Outside(
+        writable=(str(home / "main-work"),),
+        writable_anywhere=(str(home / "main-work"), str(home / "ops-work")),
+    )
+    return home / "ops-work", outside
+
+
+@needs_bwrap
+def test_a_vetted_copy_of_another_agents_file_is_not_bound_back_over_its_cover(state_dir: Path) -> None:
+    """A file the decision read (a Makefile, a script) is pinned at its path in the run's view: one in
+    another agent's dir stays covered; one beside it in this agent's own still gets its copy."""
+    work, outside = _ops_work()
+    (work / "x.mk").write_text("all:\n\techo OPS-PINNED\n")
+    mine = work.parent / "main-work" / "x.mk"
+    mine.write_text("changed-on-disk\n")
+    files = [(str(work / "x.mk"), b"OPS-PINNED\n"), (str(mine), b"VETTED\n")]
+    view = pinned_view(None, files, host=True, outside=outside)
+    try:
+        argv = view.wrap(["/bin/sh", "-c", f"cat {work}/x.mk {mine}"])
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
+    finally:
+        view.close()
+    out = done.stdout + done.stderr
+    assert "OPS-PINNED" not in out and "VETTED" in out, out
+
+
+@needs_bwrap
+def test_another_agents_script_handed_to_its_reader_is_refused_not_copied(state_dir: Path) -> None:
+    """A script its reader is handed by path is a sealed copy at another path: for a file in another
+    agent's dir that copy would be the file itself, so the run is refused."""
+    work, outside = _ops_work()
+    (work / "s.py").write_text("print('OPS-MIRRORED')\n")
+    mirror = Mirror(str(state_dir.parent / "m"), str(work), "s.py", b"print('OPS-MIRRORED')\n")
+    with pytest.raises(hostview.HostViewError, match="another agent's"):
+        pinned_view(None, host=True, mirrors=[mirror], outside=outside).close()
+    (work.parent / "main-work" / "s.py").write_text("print('ok')\n")
+    own = Mirror(str(state_dir.parent / "m"), str(work.parent / "main-work"), "s.py", b"print('ok')\n")
+    pinned_view(None, host=True, mirrors=[own], outside=outside).close()
