@@ -1,7 +1,8 @@
 """What covering every other agent's `hostWritable` dirs costs an agent's host view (engine.commands.
 otherroots, fresh round 12 a): the view's operations per run, making the kept view, and a run of `sh -c
-true` entering it, with AGENTS other agents' dirs covered (and one nested in this agent's own, its way
-bound over itself) against the same view with none, in the same run. Three repeats, interleaved.
+true` entering it, with AGENTS other agents' dirs covered (one nested in this agent's own, its way
+bound over itself; one outside the home) against the same view with none, in the same run. Three
+repeats, interleaved.
 
 Usage: .venv/bin/python -P bench/bench_otherroots.py [--runs 60] [--agents 8]
 """
@@ -57,7 +58,9 @@ def main() -> None:
         own = home / "main-work"
         (own / "a" / "ops-inner").mkdir(parents=True)
         others = [str(own / "a" / "ops-inner")]
-        for n in range(args.agents - 1):
+        (root / "srv" / "ops").mkdir(parents=True)  # one outside the home: what every run needs is asked
+        others.append(str(root / "srv" / "ops"))
+        for n in range(args.agents - 2):
             (home / f"agent{n}-work").mkdir()
             (home / f"agent{n}-work" / "notes").write_text("x\n")
             others.append(str(home / f"agent{n}-work"))
@@ -85,7 +88,7 @@ def main() -> None:
                     runs[name].append(spawn_p50(view.wrap(true), tuple(view.fds), args.runs))
                 finally:
                     view.close()
-        print(f"{args.agents} other agents' roots covered (one nested in this agent's own), three repeats:")
+        print(f"{args.agents} other agents' roots covered (one nested in the own, one outside the home):")
         for label, data, unit in (
             ("view ops per run", ops, "ms"),
             ("making the kept view", made, "ms"),

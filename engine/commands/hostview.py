@@ -769,9 +769,11 @@ def view_args(
         if not _inside(os.path.realpath(path), home) and not _under(path, state):
             _made(path, directory=False)
     # every other agent's hostWritable dirs, covered (engine.commands.otherroots)
-    others = otherroots.others(outside.writable, outside.writable_anywhere, home, [state, *outside.covered])
+    tdirs = trusted_dirs(environ)
+    others = _other_roots(state, environ, outside, tdirs, configs)
     if any(not os.path.lexists(r) for r in others):
-        otherroots.make_missing(roots, others, home)
+        named = [os.path.abspath(os.path.expanduser(w)) for w in outside.writable_anywhere]
+        otherroots.make_missing(roots, others, home, named)
     private_first, private_last = hostprivate.ops(outside.private, home)
     args: list[str] = [*private_first]
     if home != os.sep and os.path.isdir(home) and not layered_home:
@@ -784,7 +786,6 @@ def view_args(
             # one below another is writable with it, and bound over it would be by a name the outer
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
-    tdirs = trusted_dirs(environ)
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
     for d in [*tdirs, *outside.readonly, *hop_dirs, *walked]:
@@ -858,10 +859,41 @@ def view_args(
     )
     if outside.chdir is not None:
         args += ["--chdir", outside.chdir]
-    bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
+    bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked, *others]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
     return ["--dev-bind", "/", "/", *fix, *args]
+
+
+def _other_roots(
+    state: str,
+    environ: dict[str, str] | None,
+    outside: Outside,
+    tdirs: list[str] | None = None,
+    configs: list[tuple[str, bool]] | None = None,
+) -> list[str]:
+    """Every other agent's hostWritable dirs this view covers (engine.commands.otherroots): none under the
+    state dir, a covered root or the agent's private dirs; none outside the home holding what every run
+    needs (the state dir, the trusted, import and PATH dirs, the helper, the agent's private dirs)."""
+    env = os.environ if environ is None else environ
+
+    def needed() -> list[str]:
+        path_dirs = [p for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
+        helper = hostkeeper.helper_path()
+        return [
+            state,
+            *(trusted_dirs(environ) if tdirs is None else tdirs),
+            *import_paths(),
+            *path_dirs,
+            *([helper] if helper is not None else []),
+            *(p for p, _always in (trusted_configs(environ) if configs is None else configs)),
+            *outside.readonly,
+            *outside.files,
+            *(dest for _source, dest in outside.private),
+        ]
+
+    skip = [state, *outside.covered, *(dest for _source, dest in outside.private)]
+    return otherroots.others(outside.writable, outside.writable_anywhere, home_dir(environ), skip, needed)
 
 
 def home_private(
@@ -1125,7 +1157,7 @@ def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) ->
     private = [dest for _source, dest in outside.private]
     writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
     # another agent's root is covered in the view: no layer of its own (a mount the host has there)
-    others = otherroots.others(outside.writable, outside.writable_anywhere, home)
+    others = _other_roots(state, None, outside)
     found = homelayer.layers(home, [state, *outside.covered, *private, *others], writable)
     if not kept and any(_inside(home, os.path.realpath(d)) for d in private):
         found = [d for d in found if d != home]
@@ -1213,11 +1245,8 @@ def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
                 f"{cwd} is inside {root} (a sandbox workspace root, or the Docker engine's client keys), "
                 "which gateway-host commands cannot see"
             )
-    home = home_dir()
     own = [otherroots.resolve(w) for w in outside.writable]
-    hidden = otherroots.hidden_at(
-        os.path.realpath(cwd), own, otherroots.others(outside.writable, outside.writable_anywhere, home)
-    )
+    hidden = otherroots.hidden_at(os.path.realpath(cwd), own, _other_roots(state, None, outside))
     if hidden is not None:
         raise HostViewError(
             f"{cwd} is inside {hidden}, another agent's [tools.exec] hostWritable dir, which this agent's "

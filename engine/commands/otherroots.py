@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 _here = threading.local()  # this thread's last view: (own roots, other roots covered), for hides()
 
@@ -29,15 +29,25 @@ def resolve(given: str) -> str:
 
 
 def others(
-    writable: Iterable[str], anywhere: Iterable[str], home: str, skip: Iterable[str] = ()
+    writable: Iterable[str],
+    anywhere: Iterable[str],
+    home: str,
+    skip: Iterable[str] = (),
+    needed: Callable[[], Iterable[str]] | None = None,
 ) -> list[str]:
-    """Every other agent's root (resolved, in the home, not the home itself), not one of `writable`'s (this
-    agent's: a root both name is both agents') and not at or under `skip` (the state dir and covered roots,
-    covered whole already); outermost first."""
+    """Every other agent's root (resolved), not one of `writable`'s (this agent's: a root both name is both
+    agents'), not at or under `skip` (the state dir and covered roots, covered whole already; the agent's
+    private dirs, its own copies), never `/` nor one holding the home; outside the home, not one holding
+    a path of `needed()` (what every run needs: the state dir, the trusted and PATH dirs, the install),
+    which no view can hide (asked only when there is such a root); outermost first."""
     own = {resolve(w) for w in writable}
     skipped = [os.path.realpath(s) for s in skip]
     found = {resolve(w) for w in anywhere} - own
-    kept = [r for r in found if r != home and _inside(r, home) and not any(_inside(r, s) for s in skipped)]
+    kept = [r for r in found if not _inside(home, r) and not any(_inside(r, s) for s in skipped)]
+    outer = [r for r in kept if not _inside(r, home)]
+    if outer and needed is not None:
+        must = [os.path.realpath(n) for n in needed()]
+        kept = [r for r in kept if _inside(r, home) or not any(_inside(n, r) for n in must)]
     return sorted(kept, key=_depth_key)
 
 
@@ -59,17 +69,27 @@ def hides(path: str) -> bool:
     return any(hidden_at(p, own, other) is not None for p in {named, os.path.realpath(named)})
 
 
-def make_missing(own: list[str], other: list[str], home: str) -> None:
-    """Each missing root of `other` made (0700) from the innermost existing root of this agent's holding it,
-    or from the home, one directory at a time by fd with no link followed: below a root of this agent's, a
-    run of it may have planted a link on the way. Not one below another agent's root (hidden with it)."""
+def make_missing(own: list[str], other: list[str], home: str, named: Iterable[str]) -> None:
+    """Each missing root of `other` that its config names with no link on the way (`named`: the lexical
+    names; through a link a run may re-point, never) made (0700) from the innermost existing root of this
+    agent's holding it, or from the home, or outside it from the nearest existing directory (itself no
+    link), one directory at a time by fd with no link followed: a run may have planted one on the way.
+    Not one below another agent's root (hidden with it)."""
+    plain = set(named)
     for root in other:
-        if os.path.lexists(root):
+        if os.path.lexists(root) or root not in plain:
             continue
         holder = _innermost(root, [*own, *other], strict=True)
         if holder is not None and holder not in own:
             continue
-        _make_from(holder if holder is not None else home, root)
+        start = holder if holder is not None else home
+        if not _inside(root, home):
+            start = os.path.dirname(root)
+            while start != os.sep and not os.path.lexists(start):
+                start = os.path.dirname(start)
+            if start == os.sep or os.path.realpath(start) != start:
+                continue  # `/` (never made in), or reached through a link
+        _make_from(start, root)
 
 
 def ops(own: list[str], other: list[str]) -> list[str]:

@@ -224,3 +224,28 @@ def test_another_agents_script_handed_to_its_reader_is_refused_not_copied(state_
     (work.parent / "main-work" / "s.py").write_text("print('ok')\n")
     own = Mirror(str(state_dir.parent / "m"), str(work.parent / "main-work"), "s.py", b"print('ok')\n")
     pinned_view(None, host=True, mirrors=[own], outside=outside).close()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("which", VIEWS)
+def test_another_agents_root_outside_the_home_is_covered_and_stays_in_place(
+    state_dir: Path, tmp_path: Path, which: str
+) -> None:
+    """`hostWritable = ["/srv/team/ops"]`: outside the home nothing is bound for its owner (it is writable
+    already), but every other agent's view covers it, and the directory on the way that a run may rename
+    is bound over itself (a rename would take the dir out from under the next view's cover). A root that
+    holds what every run needs (a PATH dir) is left shared: no view can hide it."""
+    team = tmp_path / "srv" / "team"
+    (team / "ops").mkdir(parents=True)
+    (team / "ops" / "notes").write_text("ops-outside\n")
+    outside = hostview.Outside(writable_anywhere=(str(team / "ops"),))
+    script = f"cat {team}/ops/notes; mv {team} {team}2 || echo team-busy; echo x > {team}/ops/n || echo ro"
+    done = _run(outside, script, _helper(which))
+    assert done.stdout.split() == ["team-busy", "ro"], done
+    assert (team / "ops" / "notes").exists() and not (team / "ops" / "n").exists()
+    tools = tmp_path / "tools"
+    needed = [str(tools / "bin")]  # a PATH dir, say
+    assert otherroots.others((), (str(tools),), str(Path.home()), needed=lambda: needed) == []
+    assert otherroots.others((), (str(tools / "lib"),), str(Path.home()), needed=lambda: needed) == [
+        str(tools / "lib")
+    ]
