@@ -31,6 +31,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 WALK_BUDGET = 200_000  # entries listed per view (read or cached) before the rest is hidden whole
@@ -161,7 +162,7 @@ def hides(path: str) -> bool:
     found: Found | None = getattr(_here, "found", None)
     if found is None:
         return False
-    return path in set(found.files) or _below(os.path.dirname(path), set(found.dirs))
+    return path in set(found.files) or below(os.path.dirname(path), set(found.dirs))
 
 
 def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
@@ -291,14 +292,15 @@ def _bound_mounts(found: Found, way: set[str], home: str) -> None:
     found.dirs = sorted(items - files)
 
 
-def unhidden(args: list[str]) -> list[str]:
+def unhidden(args: list[str], also: Callable[[str], bool] | None = None) -> list[str]:
     """`args` (a pinned view's) without the copies (`--perms m --ro-bind-data fd dest`) at a path the host
-    view this thread just built hides: a vetted file copied back over its cover would show it again."""
+    view this thread just built hides (or `also` says is covered: another agent's dir): a vetted file
+    copied back over its cover would show it again."""
     out: list[str] = []
     i = 0
     while i < len(args):
         copy = args[i] == "--perms" and i + 4 < len(args) and args[i + 2] == "--ro-bind-data"
-        if copy and hides(args[i + 4]):
+        if copy and (hides(args[i + 4]) or (also is not None and also(args[i + 4]))):
             i += 5
             continue
         out.append(args[i])
@@ -312,16 +314,16 @@ def view_ops(empty: str, found: Found) -> list[str]:
     ops: list[str] = []
     covered: set[str] = set()
     for d in sorted(found.dirs, key=lambda p: (p.count(os.sep), p)):
-        if not _below(d, covered):
+        if not below(d, covered):
             covered.add(d)
             ops += ["--tmpfs", d, "--remount-ro", d]
     for f in found.files:
-        if not _below(f, covered):
+        if not below(f, covered):
             ops += ["--ro-bind", empty, f]
     return ops
 
 
-def _below(path: str, covered: set[str]) -> bool:
+def below(path: str, covered: set[str]) -> bool:
     """Whether `path` is one of `covered` or below one (one set lookup per level)."""
     while len(path) > 1:
         if path in covered:

@@ -51,6 +51,7 @@ from engine.commands import (
     hostnet,
     hostprivate,
     importroots,
+    otherroots,
     sshinclude,
 )
 from engine.statefs import state_dir
@@ -574,7 +575,7 @@ def _writable_roots(state: str, environ: dict[str, str] | None, outside: Outside
                 f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]}, in a "
                 "directory host commands may write (one of them may have made it): name the directory itself"
             )
-        root = os.path.realpath(named)
+        root = otherroots.resolve(given)  # as every other agent's view resolves it to cover it
         if not _inside(root, home) or not os.path.isdir(root):
             continue  # outside the home it is writable already; a missing one has nothing to write
         # A root holding a protected path, or inside one (a trusted dir is read whole: a root in ~/.ssh
@@ -767,6 +768,12 @@ def view_args(
     for path in files:
         if not _inside(os.path.realpath(path), home) and not _under(path, state):
             _made(path, directory=False)
+    # every other agent's hostWritable dirs, covered (engine.commands.otherroots)
+    tdirs = trusted_dirs(environ)
+    others = _other_roots(state, environ, outside, tdirs, configs)
+    if any(not os.path.lexists(r) for r in others):
+        named = [os.path.abspath(os.path.expanduser(w)) for w in outside.writable_anywhere]
+        otherroots.make_missing(roots, others, home, named)
     private_first, private_last = hostprivate.ops(outside.private, home)
     args: list[str] = [*private_first]
     if home != os.sep and os.path.isdir(home) and not layered_home:
@@ -779,7 +786,6 @@ def view_args(
             # one below another is writable with it, and bound over it would be by a name the outer
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
-    tdirs = trusted_dirs(environ)
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
     for d in [*tdirs, *outside.readonly, *hop_dirs, *walked]:
@@ -827,7 +833,7 @@ def view_args(
     # the operator's sockets in the home, none connectable (engine.commands.homesockets): after the
     # shadows, whose subdirectories are bound from the host as they are; one directly in a shadowed dir is
     # not there already
-    keep = [state, *roots, *outside.readonly, *outside.covered]
+    keep = [state, *roots, *outside.readonly, *outside.covered, *others]  # others': covered whole
     socks = homesockets.home_sockets(os.path.realpath(home), keep) if sockets else []
     socket_ops = homesockets.view_ops(
         os.path.realpath(_empty_file(state)), [s for s in socks if os.path.dirname(s) not in shadowed]
@@ -837,8 +843,11 @@ def view_args(
     # the agent's private dirs (outside the home)
     found = home_private(state, environ, outside, roots, includes)
     hide = homeprivate.view_ops(os.path.realpath(_empty_file(state)), found)
+    # other agents' roots after every other operation on the home (a cover is the last word at its place;
+    # what was bound below it is hidden with it), none already hidden whole as private to the operator
+    covers = otherroots.ops(roots, [r for r in others if not homeprivate.below(r, set(found.dirs))])
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
-    args += [*shadow, *hidden_ops, *socket_ops, *hide, *private_last]
+    args += [*shadow, *hidden_ops, *socket_ops, *hide, *covers, *private_last]
     # what the decision trusts is the host's, never the agent's private copy (fresh round 10 c)
     path_dirs = [d for d in (environ or os.environ).get("PATH", "").split(":") if d.startswith(os.sep)]
     args += hostprivate.protect(
@@ -850,10 +859,41 @@ def view_args(
     )
     if outside.chdir is not None:
         args += ["--chdir", outside.chdir]
-    bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
+    bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked, *others]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
     return ["--dev-bind", "/", "/", *fix, *args]
+
+
+def _other_roots(
+    state: str,
+    environ: dict[str, str] | None,
+    outside: Outside,
+    tdirs: list[str] | None = None,
+    configs: list[tuple[str, bool]] | None = None,
+) -> list[str]:
+    """Every other agent's hostWritable dirs this view covers (engine.commands.otherroots): none under the
+    state dir, a covered root or the agent's private dirs; none outside the home holding what every run
+    needs (the state dir, the trusted, import and PATH dirs, the helper, the agent's private dirs)."""
+    env = os.environ if environ is None else environ
+
+    def needed() -> list[str]:
+        path_dirs = [p for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
+        helper = hostkeeper.helper_path()
+        return [
+            state,
+            *(trusted_dirs(environ) if tdirs is None else tdirs),
+            *import_paths(),
+            *path_dirs,
+            *([helper] if helper is not None else []),
+            *(p for p, _always in (trusted_configs(environ) if configs is None else configs)),
+            *outside.readonly,
+            *outside.files,
+            *(dest for _source, dest in outside.private),
+        ]
+
+    skip = [state, *outside.covered, *(dest for _source, dest in outside.private)]
+    return otherroots.others(outside.writable, outside.writable_anywhere, home_dir(environ), skip, needed)
 
 
 def home_private(
@@ -1116,7 +1156,9 @@ def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) ->
     home = home_dir()
     private = [dest for _source, dest in outside.private]
     writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
-    found = homelayer.layers(home, [state, *outside.covered, *private], writable)
+    # another agent's root is covered in the view: no layer of its own (a mount the host has there)
+    others = _other_roots(state, None, outside)
+    found = homelayer.layers(home, [state, *outside.covered, *private, *others], writable)
     if not kept and any(_inside(home, os.path.realpath(d)) for d in private):
         found = [d for d in found if d != home]
     return found
@@ -1203,3 +1245,10 @@ def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
                 f"{cwd} is inside {root} (a sandbox workspace root, or the Docker engine's client keys), "
                 "which gateway-host commands cannot see"
             )
+    own = [otherroots.resolve(w) for w in outside.writable]
+    hidden = otherroots.hidden_at(os.path.realpath(cwd), own, _other_roots(state, None, outside))
+    if hidden is not None:
+        raise HostViewError(
+            f"{cwd} is inside {hidden}, another agent's [tools.exec] hostWritable dir, which this agent's "
+            "host commands cannot see"
+        )

@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import homeprivate, hostkeeper, hostprivate, hostview, submake
+from engine.commands import homeprivate, hostkeeper, hostprivate, hostview, otherroots, submake
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -443,12 +443,19 @@ class _Builder:
             self.env.update(net_env)
             # a vetted file the view hides as the operator's private (engine.commands.homeprivate) is not
             # copied back over its cover: the run finds it as the view shows it, empty or absent
-            self.args = homeprivate.unhidden(self.args)
+            # (nor one in another agent's hostWritable dir: engine.commands.otherroots)
+            self.args = homeprivate.unhidden(self.args, otherroots.hides)
             hidden = [src for src in self.sources if homeprivate.hides(src)]
             if hidden:  # its copy is the file itself, at another path: refused, not run empty
                 raise hostview.HostViewError(
                     f"{hidden[0]} is private to the operator (no permission for other accounts), which host "
                     "runs do not read; nothing ran"
+                )
+            theirs = [src for src in self.sources if otherroots.hides(src)]
+            if theirs:
+                raise hostview.HostViewError(
+                    f"{theirs[0]} is in another agent's [tools.exec] hostWritable dir, which this agent's "
+                    "host runs do not read; nothing ran"
                 )
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap, net, layers), *ops, *pinned, "--", *hostview.tail())

@@ -122,13 +122,6 @@ hostWritable = ["~/ops-work"]
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an agent's own `hostWritable` dir is read by every other agent's host runs: the home is "
-    "read-only in each view but never hidden, so agent main (allowlisted `cat` only) reads what agent "
-    "ops's runs wrote in ops's per-agent project dir; the private dirs keep /tmp apart by place, an "
-    "agent's writable dirs in the home are kept apart by nothing",
-)
 async def test_class1_another_agents_writable_dir_is_read_by_an_allowlisted_cat(state_dir: Path) -> None:
     home = Path(os.environ["HOME"])
     work = home / "ops-work"
