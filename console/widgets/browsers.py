@@ -126,7 +126,7 @@ class BrowsersPane(ListPane):
         out.append(str(urls.get("noVncUrl") or "- (headless or enableNoVnc = false)"))
         out.append("\nCDP:   ", style="bold")
         out.append(str(urls.get("cdpUrl") or "-"))
-        out.append("\nThese links carry the browser's token: keep them to yourself.", style="dim")
+        out.append("\nEach link opens once, within 60 s: ask again (u) for new ones.", style="dim")
         self._detail(out)
 
     @work(group="browser-action", exclusive=True, exit_on_error=False)

@@ -503,6 +503,8 @@ def cmd_browser(args: argparse.Namespace) -> int:
     else:
         print(f"CDP:   {result.get('cdpUrl')}")
         print(f"noVNC: {result.get('noVncUrl') or '- (headless or enableNoVnc = false)'}")
+        print("Each link opens once, within 60 s (CDP: one /json answer and one websocket from it, as")
+        print("Playwright's connect_over_cdp uses it); run this again for new ones.")
     return 0
 
 

@@ -6,6 +6,11 @@ operator's web browser (noVNC) need a TCP URL, so the gateway listens on 127.0.0
 whose path starts with a browser's secret token; anything else gets a bare 403 and nothing of the
 browser. Chromium names its WebSocket URLs after the Host header, so `/json*` answers are rewritten to
 carry the token, or a client could not follow them back through this door.
+
+The token is the gateway's own (its browser tool's way in) and is never shown: a URL outlives its use in
+shell histories, process lists and browser profiles, which other accounts and host runs read (fresh round
+12 a). The operator gets one-use keys instead: a noVNC link's ticket (below), and a CDP URL whose ticket
+opens one `/json*` answer, whose websocket URLs carry a one-use secret for one CDP websocket.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ if (answer.ok) {
 </script></body></html>
 """
 _ASSET = re.compile(rb"^/novnc/(?:app|core|vendor)/[A-Za-z0-9_./-]+\.(?:js|mjs|css|svg|png)$")
+# What a CDP URL's ticket opens once (Playwright's connect_over_cdp and Puppeteer ask /json/version/)
+_JSON = re.compile(rb"^/json(?:/list|/version)?/?$")
 
 
 class BrowserProxy:
@@ -73,6 +80,8 @@ class BrowserProxy:
         self._doors: dict[str, Door] = {}  # browser (container) name → door
         self._tickets: dict[str, OneUseKeys] = {}  # browser name → its noVNC links' tickets
         self._secrets: dict[str, OneUseKeys] = {}  # browser name → secrets traded for them
+        self._cdp_tickets: dict[str, OneUseKeys] = {}  # browser name → its CDP URLs' tickets
+        self._cdp_secrets: dict[str, OneUseKeys] = {}  # browser name → the websocket keys they gave
         self._tasks: set[asyncio.Task[None]] = set()
         # Connections that have not shown a door's token: a few slots, oldest shed first, 5 s each (2,000
         # tokenless peers held 2,000 of the gateway's descriptors for 10 s each).
@@ -101,14 +110,16 @@ class BrowserProxy:
             door = Door(secrets.token_urlsafe(24), *wanted)
             self._tickets[name] = OneUseKeys(TICKET_TTL_S)
             self._secrets[name] = OneUseKeys(SECRET_TTL_S)
+            self._cdp_tickets[name] = OneUseKeys(TICKET_TTL_S)
+            self._cdp_secrets[name] = OneUseKeys(SECRET_TTL_S)
             redact.register(door.token, "<token>")  # never in an error an agent sees
             self._doors[name] = door
         return door
 
     def shut(self, name: str) -> None:
         door = self._doors.pop(name, None)
-        self._tickets.pop(name, None)
-        self._secrets.pop(name, None)
+        for keys in (self._tickets, self._secrets, self._cdp_tickets, self._cdp_secrets):
+            keys.pop(name, None)
         if door is not None:
             redact.forget(door.token)
 
@@ -119,10 +130,19 @@ class BrowserProxy:
             return None
         return f"http://{self._host}:{self.port}/{self._tickets[name].make()}/novnc/vnc.html"
 
+    def cdp_url(self, name: str) -> str | None:
+        """A new CDP URL for browser `name`: a one-use ticket (never the token) that opens one `/json*`
+        answer, whose websocket URLs carry a one-use secret for one CDP websocket."""
+        door = self._doors.get(name)
+        if door is None or not self.port:
+            return None
+        return f"http://{self._host}:{self.port}/{self._cdp_tickets[name].make()}"
+
     def door(self, name: str) -> Door | None:
         return self._doors.get(name)
 
     def base_url(self, name: str) -> str | None:
+        """The door's own URL, with its token: the gateway's browser tool's, never shown to anyone."""
         door = self._doors.get(name)
         if door is None or not self.port:
             return None
@@ -211,8 +231,11 @@ class BrowserProxy:
         writer: asyncio.StreamWriter,
     ) -> None:
         """A path led by a noVNC ticket or a traded secret: only the wrapper page, noVNC's public files,
-        the trade (ticket) and one websocket (secret). Nothing else, and never CDP."""
+        the trade (ticket) and one websocket (secret). Nothing else, and never CDP. Or by a CDP ticket or
+        secret (_cdp)."""
         inner = b"/" + rest.split(b"?", 1)[0]
+        if await self._cdp(key, method, rest, version, lines, reader, writer):
+            return
         for name, door in list(self._doors.items()):
             tickets, traded = self._tickets.get(name), self._secrets.get(name)
             if tickets is None or traded is None:
@@ -242,6 +265,36 @@ class BrowserProxy:
         writer.write(FORBIDDEN)
         await writer.drain()
 
+    async def _cdp(
+        self,
+        key: str,
+        method: bytes,
+        rest: bytes,
+        version: bytes,
+        lines: list[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        """A CDP URL's ticket, spent on one `/json*` answer asked for in the door's own words, its
+        websocket URLs given a one-use secret; that secret, spent on one `/devtools/...` websocket. False:
+        the key is neither."""
+        inner = b"/" + rest.split(b"?", 1)[0]
+        for name, door in list(self._doors.items()):
+            tickets, traded = self._cdp_tickets.get(name), self._cdp_secrets.get(name)
+            if tickets is None or traded is None:
+                continue
+            if method == b"GET" and _JSON.match(inner) and tickets.redeem(key):
+                self.preauth.admitted(writer)
+                host = _header(lines, b"host") or b"127.0.0.1"
+                await _json_once(door, inner, host, traded.make().encode(), writer)
+                return True
+            if method == b"GET" and inner.startswith(b"/devtools/") and traded.redeem(key):
+                self.preauth.admitted(writer)
+                request = b"GET /" + rest + b" " + version
+                await self._upstream(door, door.cdp_socket, request, lines, reader, writer)
+                return True
+        return False
+
     async def _upstream(
         self,
         door: Door,
@@ -264,6 +317,21 @@ class BrowserProxy:
             await _pipe_both(reader, writer, up_reader, up_writer)
         finally:
             up_writer.close()
+
+
+async def _json_once(door: Door, path: bytes, host: bytes, key: bytes, writer: asyncio.StreamWriter) -> None:
+    """One `/json*` answer of the browser's, asked for in the door's own words, every websocket URL in it
+    led by `key` (a one-use secret)."""
+    try:
+        up_reader, up_writer = await open_browser_socket(door.cdp_socket, door.container_id, HEAD_LIMIT)
+    except OSError:
+        writer.write(BAD_GATEWAY)
+        return
+    try:
+        up_writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+        await _rewrite_json(up_reader, writer, host, key)
+    finally:
+        up_writer.close()
 
 
 async def _asset(door: Door, target: str, path: bytes, writer: asyncio.StreamWriter) -> None:

@@ -117,13 +117,13 @@ class BrowserHub:
         shot = self.tool.latest.get(endpoint or "")
         row["screenshotAtMs"] = None if shot is None else shot.at_ms
         if with_urls and endpoint is not None:
-            row["cdpUrl"] = endpoint
-            # A one-use ticket, never the token: the link stays in the operator's browser profile.
+            # One-use tickets, never the token: a URL stays in shell histories and browser profiles.
+            row["cdpUrl"] = self.proxy.cdp_url(info.name)
             row["noVncUrl"] = self.proxy.novnc_url(info.name) if info.no_vnc else None
         return row
 
     async def urls(self, agent_id: str, session_key: str) -> dict[str, Any]:
-        """The operator's links into a running browser (tokens included; never shown to agents)."""
+        """The operator's links into a running browser (one-use tickets; never shown to agents)."""
         _, blay = self.resolve(agent_id, session_key)
         info = await self.manager.info(blay.name)
         if info is None or not info.running:

@@ -8,6 +8,7 @@ gateway's loopback door relays only requests that carry the browser's token.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -45,14 +46,16 @@ async def _raw(port: int, data: bytes) -> bytes:
 
 
 async def test_no_token_no_cdp(browser_state: Path) -> None:
+    """The door's token (the gateway's own browser tool's way in, never shown) opens CDP; nothing near it
+    does."""
     async with gateway(browser_state) as server:
         op = await connect(browser_state, "op")
         try:
-            await op.request("browser.start", {"agentId": "main"})
-            urls = await op.request("browser.url", {"agentId": "main"})
+            started = await op.request("browser.start", {"agentId": "main"})
         finally:
             await op.close()
-        base = urls["cdpUrl"]
+        base = server.services.browsers.proxy.base_url(started["containerName"])
+        assert base is not None
         token = base.rsplit("/", 1)[1]
         root = base[: -len(token) - 1]
         port = int(root.rsplit(":", 1)[1])
@@ -158,9 +161,9 @@ async def test_a_container_that_swaps_its_socket_for_a_link_reaches_nothing_on_t
         agent = await connect(browser_state, "agent", operator=False)
         try:
             started = await op.request("browser.start", {"agentId": "main"})
-            urls = await op.request("browser.url", {"agentId": "main"})
             name = started["containerName"]
             for target in (str(browser_state / "gateway.sock"), "/var/run/docker.sock"):
+                urls = await op.request("browser.url", {"agentId": "main"})  # a CDP URL opens once
                 docker_ops.client().containers.get(name).exec_run(
                     [
                         "/bin/sh",
@@ -176,4 +179,29 @@ async def test_a_container_that_swaps_its_socket_for_a_link_reaches_nothing_on_t
                 assert rows[0]["cdp"] is False and rows[0]["url"] == ""
         finally:
             await agent.close()
+            await op.close()
+
+
+async def test_a_cdp_tickets_opens_only_a_json_listing_and_its_secret_only_a_devtools_websocket(
+    browser_state: Path,
+) -> None:
+    """A CDP URL's ticket opens /json, /json/list or /json/version once, nothing else (no /json/new, no
+    noVNC, no /devtools/ websocket of its own); the secret in the answer opens no /json."""
+    async with gateway(browser_state):
+        op = await connect(browser_state, "op")
+        try:
+            await op.request("browser.start", {"agentId": "main"})
+            url = (await op.request("browser.url", {"agentId": "main"}))["cdpUrl"]
+            for path in (
+                "/json/new?about:blank",
+                "/json/activate/x",
+                "/novnc/vnc.html",
+                "/devtools/browser/x",
+            ):
+                assert await asyncio.to_thread(status_of, url + path) == 403, path
+            listing = json.loads(await asyncio.to_thread(get, url + "/json/list"))  # still unspent
+            secret = listing[0]["webSocketDebuggerUrl"].split("/")[3]
+            root = url.rsplit("/", 1)[0]
+            assert await asyncio.to_thread(status_of, f"{root}/{secret}/json/version") == 403
+        finally:
             await op.close()

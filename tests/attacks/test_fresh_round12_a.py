@@ -305,18 +305,12 @@ async def test_class1_a_novnc_ticket_reaches_no_cdp_by_pipelining(
     assert b"Browser" not in seen and b"webSocketDebuggerUrl" not in seen, seen[-300:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the browser door's CDP URL carries the browser's long-lived token in its path, and the "
-    "operator's tools take it as an argument (`curl <cdpUrl>/json`, a Playwright script's "
-    "connect_over_cdp), so it lands in ~/.bash_history, in the home every host run reads: agent main's "
-    "allowlisted `cat` reads it and main's own HTTP client on the loopback drives agent ops's browser "
-    "through the door (noVNC links were made one-use tickets for this; the CDP URL is a bearer token "
-    "until the browser stops)",
-)
 async def test_class1_the_cdp_urls_token_in_the_operators_shell_history_drives_another_agents_browser(
     browser_state: Path,  # noqa: F811 (the fixture imported above)
 ) -> None:
+    """Closed: the CDP URL holds a one-use ticket, never the door's token; it opens one /json answer whose
+    websocket URLs carry a one-use secret. What the history keeps is spent. (Limit: a URL printed and not
+    used is a bearer key for its 60 s.)"""
     home = Path(os.environ["HOME"])
     write_config(browser_state, (browser_state / "config.toml").read_text() + MAIN_CAT)
     ApprovalsStore(browser_state / "exec-approvals.json").add_allowlist("main", "/usr/bin/cat")
@@ -330,6 +324,8 @@ async def test_class1_the_cdp_urls_token_in_the_operators_shell_history_drives_a
             )
             cdp = (await op.request("browser.url", {"agentId": "ops"}))["cdpUrl"]
             # The operator looked at ops's pages from a shell; bash kept the line at exit.
+            mine = await asyncio.to_thread(_get_or_status, cdp + "/json")
+            assert "ops-page" in mine, mine[:300]  # control: the operator's own use worked
             (home / ".bash_history").write_text(
                 f"exechost sandbox browser url --agent ops\ncurl -s {cdp}/json\n"
             )

@@ -84,3 +84,24 @@ async def vnc_banner(cdp_url: str) -> bytes:
         return await asyncio.wait_for(reader.read(100), 10)
     finally:
         writer.close()
+
+
+async def ws_open(url: str) -> bytes:
+    """Open a websocket at `url` (ws://127.0.0.1:PORT/...) through the gateway's door; the answer's head."""
+    import asyncio
+    import base64
+    import os
+
+    rest = url.split("://", 1)[1]
+    hostport, _, path = rest.partition("/")
+    port = int(hostport.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    finally:
+        writer.close()

@@ -17,7 +17,7 @@ from engine.config.loader import load_config_text
 from engine.protocol.frames import RemoteError
 from engine.sandbox import docker_ops
 from engine.sandbox.browser import list_browsers
-from tests.helpers.browser import CONFIG, browser_image, browser_state, get, vnc_banner
+from tests.helpers.browser import CONFIG, browser_image, browser_state, get, status_of, vnc_banner, ws_open
 from tests.helpers.gateway import cli, connect, gateway, wait_until, write_config
 
 __all__ = ["browser_image", "browser_state"]  # fixtures
@@ -44,7 +44,7 @@ def _seed_page(state: Path) -> None:
 
 async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_state: Path) -> None:
     _seed_page(browser_state)
-    async with gateway(browser_state):
+    async with gateway(browser_state) as server:
         agent = await connect(browser_state, "agent", operator=False)
         try:
             nav = await agent.request(
@@ -99,12 +99,20 @@ async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_s
             assert b"export default class RFB" in await asyncio.to_thread(
                 get, page.rsplit("/", 1)[0] + "/core/rfb.js"
             )
-            assert b"RFB 003.008" in await vnc_banner(
-                urls["cdpUrl"]
-            )  # the VNC server itself, through the door
-            version = await asyncio.to_thread(get, urls["cdpUrl"] + "/json/version")
-            token = urls["cdpUrl"].rsplit("/", 1)[1]
-            assert f"/{token}/devtools/browser/".encode() in version  # followable back through the door
+            door = server.services.browsers.proxy.base_url(rows[0]["containerName"])
+            assert door is not None  # the door's own URL, with its token: the gateway's tool's alone
+            assert b"RFB 003.008" in await vnc_banner(door)  # the VNC server itself, through the door
+            # The operator's CDP URL is a one-use ticket: one /json answer, whose websocket URLs carry a
+            # one-use secret (never the door's token), followable back through the door once.
+            ticket = urls["cdpUrl"].rsplit("/", 1)[1]
+            assert ticket not in door
+            version = json.loads(await asyncio.to_thread(get, urls["cdpUrl"] + "/json/version"))
+            ws_url = version["webSocketDebuggerUrl"]
+            secret = ws_url.split("/")[3]
+            assert ws_url.split("/", 4)[4].startswith("devtools/browser/") and secret not in (ticket, door)
+            assert await asyncio.to_thread(status_of, urls["cdpUrl"] + "/json/version") == 403  # spent
+            assert (await ws_open(ws_url)).startswith(b"HTTP/1.1 101")
+            assert (await ws_open(ws_url)).startswith(b"HTTP/1.1 403")  # the secret is spent too
             stopped = await op.request("browser.stop", {"agentId": "main"})
             assert stopped["removed"] is True
             await wait_until(lambda: not list_browsers())
@@ -160,7 +168,7 @@ def test_cli_browser_verbs_explain_and_prune(browser_state: Path) -> None:
         both = json.loads(cli(browser_state, "sandbox", "list", "--json").stdout)
         assert both["containers"] == [] and both["browsers"][0]["running"] is True
         urls = json.loads(cli(browser_state, "sandbox", "browser", "url", "--json").stdout)
-        assert b'"Browser"' in get(urls["cdpUrl"] + "/json/version")  # the daemon's door answers
+        assert b'"Browser"' in get(urls["cdpUrl"] + "/json/version")  # the daemon's door answers, once
         # Idle for ages: `sandbox prune` removes the browser like any sandbox.
         registry = browser_state / "sandbox-browsers.json"
         data = json.loads(registry.read_text())
