@@ -20,6 +20,7 @@ _FLAGS = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 # bwrap's view operations and how many words follow each (engine.commands.hostview.view_args makes them)
 _ARITY = {
     "--dev-bind": 2,
+    "--dev": 1,
     "--bind": 2,
     "--ro-bind": 2,
     "--tmpfs": 1,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import signal
 import tempfile
@@ -65,6 +66,12 @@ RESTORE = f"--default-signal={_TERMINAL}"
 # Every run's own PID namespace and /proc, and its own IPC namespace: SysV shared memory, semaphores and
 # message queues are in no directory a view can cover, and one agent's segment was every run's to attach
 # (fresh round 10 a). The kept view's runs get theirs from exechost-hostenter.
+# The run's /dev: bwrap's own (null, zero, full, random, urandom, tty; /dev/fd and the std links; a
+# shm dir, its agent's own bound there by hostprivate), then the devpts the run was given (exechost-
+# hostenter's: capped, its own) bound back over bwrap's. What is allowed, not a list of what is refused:
+# the host's devtmpfs held every node the gateway's account opens by a group or a seat ACL (kvm, disk,
+# video, audio, the webcam, a FIDO key), each an allowlisted `cat`'s (fresh round 13 b).
+DEV_OPS = ("--dev", "/dev", "--dev-bind", "/dev/pts", "/dev/pts")
 PID_OPS = ("--unshare-pid", "--unshare-ipc", "--proc", "/proc")
 # A wrapped run with no status pipe whose command died of one of these is reported as that signal (bwrap
 # says 128+n); with one, the command's own status is read (engine.sessions.host_io, the same words).
@@ -321,6 +328,35 @@ def _scratch_cargo(environ: dict[str, str] | None) -> bool:
 def home_dir(environ: dict[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     return os.path.realpath(env.get("HOME") or os.path.expanduser("~"))
+
+
+# The home host views protect when it is not the account's own (tests, a service account whose HOME is
+# set on purpose): it must name $HOME itself (home_refused).
+HOST_HOME_ENV = "EXECHOST_HOST_HOME"
+
+
+def home_refused(environ: dict[str, str] | None = None) -> str | None:
+    """Why a gateway must not start with this $HOME; None when it may. Every view protects $HOME (read-only,
+    the operator's private files hidden, its sockets unreachable): a $HOME that is not the account's home
+    (its passwd entry, where its login shell, ssh and desktop read, and ~/.openclaw) left that one
+    writable and unhidden to every host run (fresh round 13 b: a client that autostarted the daemon chose
+    HOME). Refused, unless the operator named $HOME in EXECHOST_HOST_HOME."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME")
+    try:
+        own = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return None  # no passwd entry: $HOME is the only home there is
+    if not home or not own or os.path.realpath(home) == os.path.realpath(own):
+        return None
+    named = env.get(HOST_HOME_ENV)
+    if named and os.path.realpath(named) == os.path.realpath(home):
+        return None
+    return (
+        f"HOME is {home}, not this account's home {own} (its passwd entry): host runs would find {own} "
+        f"writable and its private files readable. Start the gateway with HOME={own}, or set "
+        f"{HOST_HOME_ENV}={home} to say that {home} is the home host views protect."
+    )
 
 
 def _inside(path: str, root: str) -> bool:
@@ -862,7 +898,7 @@ def view_args(
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked, *others]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
-    return ["--dev-bind", "/", "/", *fix, *args]
+    return ["--dev-bind", "/", "/", *DEV_OPS, *fix, *args]
 
 
 def _other_roots(

@@ -413,6 +413,24 @@ def test_a_host_run_opens_only_the_socket_families_a_namespace_confines(tmp_path
     assert lines["io_uring"] == f"-1 {errno.EPERM}", done.stdout
 
 
+@pytest.mark.parametrize("kept", [True, False], ids=["kept view", "own bwrap"])
+def test_a_host_runs_dev_holds_only_the_devices_a_command_needs(
+    kept: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's /dev is bwrap's minimal one, not the host's devtmpfs (whose nodes the gateway's account
+    opens by a group or a seat ACL: kvm, disks, the webcam), with the run's own capped devpts."""
+    if not kept:
+        monkeypatch.setattr(hostview, "kept_prefix", lambda *_a, **_k: None)
+    done = _run("ls -A /dev; echo --; grep ' /dev/pts ' /proc/self/mountinfo | tail -n 1", tmp_path)
+    assert done.returncode == 0, done.stderr
+    listed, pts = done.stdout.split("--\n")
+    names = set(listed.split())
+    allowed = {"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout"}
+    assert names <= allowed | {"tty", "urandom", "zero", "console"}, names
+    assert {"null", "zero", "urandom", "tty", "pts", "shm", "fd"} <= names
+    assert "max=256" in pts  # the run's own devpts, capped, not bwrap's
+
+
 def test_a_keeper_whose_bwrap_failed_its_setup_is_started_again(state_dir: Path, tmp_path: Path) -> None:
     """bwrap's setup fails now and then while the host's mount table changes under it (a source's path
     resolved to another mount), before anything of a run has started: the keeper is started again, and its
