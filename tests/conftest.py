@@ -131,6 +131,7 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home.mkdir(mode=0o700)
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # this test's HOME is the home host views protect
     monkeypatch.delenv("EXECHOST_CONFIG", raising=False)
     # Host views give each agent its own copy of this dir, standing in for /tmp and the like
     # (engine.commands.hostprivate): most tests' workdirs are in the machine's /tmp, which the default

@@ -24,6 +24,7 @@ PLAIN = frozenset(
         "OPENCLAW_HOME",
         "OPENCLAW_STATE_DIR",
         "EXECHOST_CONFIG",
+        "EXECHOST_HOST_HOME",  # the home host views protect, when HOME is not the account's (hostview)
         "XDG_RUNTIME_DIR",
         "XDG_CONFIG_HOME",
         "XDG_DATA_HOME",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import fairpool, principals, statefs, unixsock
+from engine.commands import hostview
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
@@ -52,6 +53,10 @@ DRAIN_S = 1.0  # how long a client that is being cut off may keep sending before
 
 class GatewayBusy(Exception):
     """Another live gateway owns the state dir's socket."""
+
+
+class HostHomeError(Exception):
+    """$HOME is not the home host views would protect (engine.commands.hostview.home_refused)."""
 
 
 class GatewayServer:
@@ -128,6 +133,9 @@ class GatewayServer:
         os.unlink(path)
 
     async def start(self) -> None:
+        refused = hostview.home_refused()
+        if refused is not None:
+            raise HostHomeError(refused)
         statefs.ensure_private_dir(self.state_dir)
         if len(os.fsencode(self.socket_path)) > unixsock.SUN_PATH_MAX:
             raise GatewayBusy(f"socket path too long (> {unixsock.SUN_PATH_MAX} bytes): {self.socket_path}")

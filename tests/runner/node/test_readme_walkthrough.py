@@ -58,7 +58,7 @@ def test_the_readme_node_walkthrough_works_in_fresh_shells(tmp_path: Path) -> No
     }
     # No OPENCLAW_STATE_DIR: the default ~/.openclaw, as a user has it. exechost finds ~ in the passwd file
     # (HOME may lie), so OPENCLAW_HOME points it at this test's home: never the real user's.
-    gw_env = {**base, "HOME": str(gw_home), "OPENCLAW_HOME": str(gw_home)}
+    gw_env = {**base, "HOME": str(gw_home), "OPENCLAW_HOME": str(gw_home), "EXECHOST_HOST_HOME": str(gw_home)}
     on_node, on_gateway = walkthrough()
     node.start()
     try:
