@@ -24,7 +24,9 @@ def server_params(state: Path, *extra: str) -> StdioServerParameters:
             # the suite's stand-in for the private /tmp (tests/conftest.py), for a gateway this server
             # starts: the checkout (its cwd) may be in the machine's /tmp
             # (a daemon takes the suite's hooks only under its marker: engine/protocol/daemonenv.py)
+            # and the home its host views protect (this test's HOME, tests/conftest.py)
             **{k: v for k, v in os.environ.items() if k in ("EXECHOST_HOST_PRIVATE", "EXECHOST_TEST_RUN")},
+            **{k: v for k, v in os.environ.items() if k == "EXECHOST_HOST_HOME"},
         },
         cwd=str(REPO),
     )
