@@ -537,6 +537,7 @@ async def test_class4_a_home_inside_a_private_dir_is_the_agents(
     root = state_dir.parent
     private = root / "tmp"
     monkeypatch.setenv("HOME", str(private))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(private))  # the home host views protect
     tree = root / "w"
     tree.mkdir()
     ident = ("-c", "user.name=a", "-c", "user.email=a@b")

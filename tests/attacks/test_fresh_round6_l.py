@@ -89,6 +89,7 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     (work / "build.sh").write_text(f"echo built > {short}/done\n")
@@ -131,6 +132,7 @@ async def test_class4_allowlisted_bash_c_chain_sources_a_planted_bashrc(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     state = _state(short)
@@ -165,6 +167,7 @@ async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     python = "/usr/bin/python3"
     site = subprocess.run(
         [python, "-c", "import site; print(site.getusersitepackages())"],
@@ -209,6 +212,7 @@ async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     home = short / "home"
     (home / "bin").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     monkeypatch.setenv("PATH", f"{home}/bin:/usr/bin:/bin")
     work = home / "w"
     work.mkdir()
@@ -250,6 +254,7 @@ async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
     (home / ".profile").write_text("# the operator's\n")
     (home / ".bashrc").write_text("# the operator's\n")
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     (work / "build.sh").write_text(f"echo built > {short}/done\n")
@@ -283,6 +288,7 @@ async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path
     home = short / "home"
     (home / "bin").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     monkeypatch.setenv("PATH", f"{home}/bin:/usr/bin:/bin")
     work = home / "w"
     work.mkdir()
@@ -324,6 +330,7 @@ async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(
     for name in (".bashrc", ".profile", ".bash_logout"):
         (home / name).write_text("# the operator's\n")
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     state = _state(short)
@@ -354,6 +361,7 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     other = short / "other.git"  # outside the home, which is read-only in the host view
     subprocess.run(["git", "init", "-q", "--bare", str(other)], check=True, env=git)
@@ -391,6 +399,7 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     other = home / "other.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(other)], check=True, env=git)
@@ -434,6 +443,7 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     (work / "Makefile").write_text("test:\n\tsh run.sh\n")
@@ -464,6 +474,7 @@ async def test_class5_python_dash_x_first_line_runs_under_the_loader(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     (work / "app.py").write_text(
@@ -513,6 +524,7 @@ async def test_class5_git_help_reads_a_repository_discover_did_not_find(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
@@ -558,6 +570,7 @@ async def test_class5_double_dash_before_the_script_runs_a_file_named_dash_c(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     (work / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")
@@ -592,6 +605,7 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
     home.mkdir()
     (home / ".gitconfig").write_text("[include]\n\tpath = ~/.gitconfig.local\n")
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
@@ -629,6 +643,7 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(work / ".venv")], check=True)
@@ -673,6 +688,7 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     (work / "pkg").mkdir(parents=True)
     setup = "from setuptools import setup\nsetup(name='pkg', version='1')\n"
@@ -721,6 +737,7 @@ async def test_class5_git_takes_an_abbreviated_program_option(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     subprocess.run(
         ["git", "init", "-q", str(work)], check=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"}
@@ -752,6 +769,7 @@ async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
@@ -792,6 +810,7 @@ async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     other = home / "other.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(other)], check=True, env=git)
@@ -835,6 +854,7 @@ async def test_class5_git_for_each_repo_runs_an_unvetted_git_command_line(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
@@ -865,6 +885,7 @@ async def test_class4_allowlisted_less_reads_no_lesskey_from_home_or_argv(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     work.mkdir()
     (work / "f.txt").write_text("data\n")
@@ -912,6 +933,7 @@ async def test_class5_python_loader_imports_no_customize_module_from_the_cwd(
     home = short / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     work = home / "w"
     (work / "sub").mkdir(parents=True)
     (work / "sub" / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")

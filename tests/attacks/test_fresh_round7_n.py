@@ -33,6 +33,7 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     return home
 

@@ -37,6 +37,7 @@ def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home.mkdir()
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(root / "state"))
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     yield root
     shutil.rmtree(root, ignore_errors=True)

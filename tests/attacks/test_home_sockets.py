@@ -32,6 +32,7 @@ def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (root / "home").mkdir()
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(root / "state"))
     monkeypatch.setenv("HOME", str(root / "home"))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(root / "home"))  # the home host views protect
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     yield root
     hostkeeper.stop()

@@ -53,6 +53,7 @@ async def test_tilde_is_the_operators_home_not_the_processes(
     marker = tmp_path / "pwned"
     monkeypatch.setenv("OPENCLAW_HOME", str(tmp_path / "operator"))
     monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(tmp_path / "elsewhere"))  # the home host views protect
     evil = tool(tmp_path / "elsewhere" / "bin" / "run", f"#!/bin/sh\ntouch {marker}\n")
     details = await attempt(state_dir, str(evil), allow=[("~/bin/run", None)])
     assert refused(details) and not marker.exists()

@@ -173,6 +173,7 @@ async def test_a_trusted_config_in_a_private_dir_is_the_hosts(
     if where == "home-below":
         (private / "svc").mkdir()
         monkeypatch.setenv("HOME", str(private / "svc"))
+        monkeypatch.setenv("EXECHOST_HOST_HOME", str(private / "svc"))  # the home host views protect
         planted = _copy(state_dir, private / "svc" / ".gitconfig")
     elif where == "xdg":
         monkeypatch.setenv("XDG_CONFIG_HOME", str(private / "cfg"))
@@ -181,6 +182,7 @@ async def test_a_trusted_config_in_a_private_dir_is_the_hosts(
         home = root / "h"
         (home / ".config").mkdir(parents=True)
         monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
         monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
         monkeypatch.setenv(hostprivate.DEFAULT_ENV, str(home / ".config"))
         binds = hostprivate.binds(str(state_dir), "main", (str(home / ".config"),))

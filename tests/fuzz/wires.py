@@ -622,6 +622,7 @@ async def run(args: argparse.Namespace) -> int:
         (state / "config.toml").chmod(0o600)
         os.environ["OPENCLAW_STATE_DIR"] = str(state)
         os.environ["HOME"] = str(root)
+        os.environ["EXECHOST_HOST_HOME"] = str(root)
         stats = Stats(wire)
         started = time.monotonic()
         seconds = args.minutes * 60

@@ -384,6 +384,7 @@ def test_a_push_to_a_local_repository_names_it_and_is_never_saved(
     """receive-pack runs in a local destination with its own hooks and config (git clears the forced
     GIT_CONFIG_COUNT for it): the destination is named, and a directory binds no bytes, so allow-once."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(tmp_path / "home"))  # the home host views protect
     work = repo(tmp_path / "w")
     subprocess.run([GIT, "init", "-q", "--bare", str(tmp_path / "dst.git")], env=ENV, check=True)
     git(work, "remote", "add", "near", str(tmp_path / "dst.git"))
@@ -403,6 +404,7 @@ def test_a_remote_in_the_operators_global_config_is_followed(
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     (home / ".gitconfig").write_text(f'[url "{tmp_path}/"]\n\tpushInsteadOf = mine:\n')
     work = repo(tmp_path / "w")

@@ -43,6 +43,7 @@ def test_every_file_asyncssh_parses_is_named(
 ) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     target = tmp_path / "dots" / "extra.conf"
     target.parent.mkdir()
     target.write_text("# the operator's\n")

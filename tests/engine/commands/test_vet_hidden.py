@@ -45,6 +45,7 @@ def test_npm_walks_past_the_home_as_npm_does(tmp_path: Path, monkeypatch: pytest
     proj = home / "proj"
     proj.mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     (proj / "package.json").write_text("{}")
     (home / ".npmrc").write_text("offline=true\n")
     (tmp_path / ".npmrc").write_text("script-shell=/x\n")

@@ -205,6 +205,7 @@ def test_path_prepend_and_safe_bins_from_config(tmp_path: Path, monkeypatch: pyt
     # A PATH entry outside the home is kept only if only root can change it (hostenv.host_path); in the home
     # (read-only in the host view) it is kept: the operator's bin dir lives there.
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(tmp_path))  # the home host views protect
     bindir = tmp_path / "bin"
     bindir.mkdir()
     tool = bindir / "mytool"

@@ -406,6 +406,7 @@ def test_resolved_settings_and_layout_follow_what_they_are_made_of(
     another cwd or session key each give a fresh answer; the same inputs give the same object."""
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path / "a"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(tmp_path / "home"))  # the home host views protect
     monkeypatch.chdir(tmp_path)
     config = cfg('[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nworkspaceRoot = "ws"\n')
     first = resolve_settings(config, "main")
@@ -433,6 +434,7 @@ def test_resolved_settings_and_layout_follow_what_they_are_made_of(
     assert layout(changed, "main", "s1").agent_workspace == str(tmp_path / "b" / "workspace")
     assert lay.agent_workspace == str(tmp_path / "a" / "workspace")
     monkeypatch.setenv("HOME", str(tmp_path / "other"))
+    monkeypatch.setenv("EXECHOST_HOST_HOME", str(tmp_path / "other"))  # the home host views protect
     config.sandbox.workspace_root = "~/boxes"
     assert resolve_settings(config, "main").workspace_root == str(tmp_path / "other" / "boxes")
 
