@@ -250,7 +250,14 @@ class BrowserProxy:
                 continue
             self.preauth.admitted(writer)
             if method == b"GET" and inner == b"/novnc/vnc.html":
-                writer.write(_answer(b"text/html; charset=utf-8", WRAPPER))
+                # no worker from this page either: what it imports is the container's
+                writer.write(
+                    _answer(
+                        b"text/html; charset=utf-8",
+                        WRAPPER,
+                        b"Content-Security-Policy: worker-src 'none'\r\n",
+                    )
+                )
             elif method == b"POST" and inner == b"/novnc/trade" and tickets.redeem(key):
                 host = (_header(lines, b"host") or b"127.0.0.1").decode("latin-1")
                 ws = f"ws://{host}/{traded.make()}/novnc/websockify"
@@ -348,13 +355,38 @@ async def _asset(door: Door, target: str, path: bytes, writer: asyncio.StreamWri
         up_writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: novnc\r\nConnection: close\r\n\r\n")
         if up_writer.can_write_eof():
             up_writer.write_eof()
+        head = asset_head(await up_reader.readuntil(b"\r\n\r\n"))
+        if head is None:
+            writer.write(BAD_GATEWAY)
+            return
+        writer.write(head)
         await _pipe(up_reader, writer)
     finally:
         up_writer.close()
 
 
-def _answer(kind: bytes, body: bytes) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nCache-Control: no-store\r\n"
+# The headers of a noVNC file's answer that reach the operator's browser: the container is hostile (its
+# files are its own), and every door shares one origin; a `Service-Worker-Allowed: /` would let a worker
+# registered from its script take every later noVNC link of every browser.
+_ASSET_HEADERS = (b"content-type", b"content-length", b"last-modified", b"etag")
+# Sent with each: no worker from it, and a document it is opened as (an SVG) runs in an origin of its own.
+_ASSET_POLICY = b"Content-Security-Policy: sandbox; worker-src 'none'\r\nX-Content-Type-Options: nosniff\r\n"
+_STATUS_LINE = re.compile(rb"^HTTP/1\.[01] [1-5][0-9]{2}(?: [ -~]*)?$")
+
+
+def asset_head(raw: bytes) -> bytes | None:
+    """A noVNC file's answer head as the door relays it: its status line and the headers of
+    _ASSET_HEADERS, then the door's own policy, no-store and `Connection: close`; None: not an answer."""
+    lines = raw[:-4].split(b"\r\n")
+    if not _STATUS_LINE.match(lines[0]):
+        return None
+    kept = [ln for ln in lines[1:] if ln.partition(b":")[0].strip().lower() in _ASSET_HEADERS]
+    own = _ASSET_POLICY + b"Cache-Control: no-store\r\nConnection: close\r\n\r\n"
+    return b"\r\n".join([lines[0], *kept]) + b"\r\n" + own
+
+
+def _answer(kind: bytes, body: bytes, extra: bytes = b"") -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nCache-Control: no-store\r\n" + extra
     return head + b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
 
 

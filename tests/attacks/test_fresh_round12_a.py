@@ -302,6 +302,8 @@ async def test_class1_a_novnc_ticket_reaches_no_cdp_by_pipelining(
             await op.close()
     # the asset's one answer (the control: the ticket was good); the pipelined request reached nobody
     assert seen.count(b"HTTP/1.") == 1 and b"toSigned32bit" in seen, seen[-300:]
+    head = seen.split(b"\r\n\r\n", 1)[0]  # the door's own policy on the file; websockify's headers gone
+    assert b"Content-Security-Policy: sandbox; worker-src 'none'" in head and b"WebSockify" not in head, head
     assert b"Browser" not in seen and b"webSocketDebuggerUrl" not in seen, seen[-300:]
 
 
