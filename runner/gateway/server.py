@@ -368,14 +368,19 @@ class GatewayServer:
         )
 
     async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:
-        """A revoke of this credential runs, or one ran while it was being looked up and took it."""
+        """A revoke of this credential runs, or one ran while it was being looked up and took it. Looked at
+        again after each lookup (a revoke may run during it, and read nothing of this connection yet), and
+        False only with no await between the last look and the caller's add of the connection."""
         if not who[1]:
             return False
-        if who[1] in self._revoking:
-            return True
-        if self._revocations == revocations:
-            return False
-        return await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential) is None
+        while True:
+            if who[1] in self._revoking:
+                return True
+            if self._revocations == revocations:
+                return False
+            revocations = self._revocations
+            if await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential) is None:
+                return True
 
     async def recheck(self) -> list[str]:
         """Decide every live connection's principal again from the current config and credentials
