@@ -16,6 +16,8 @@ from engine.sandbox import supervisor as sv
 from engine.sandbox.incontainer import InContainer
 from engine.sessions.fdreader import FdReader
 
+RESIZE_ATTEMPTS = 6  # ~2 s of retries in all (0.1 s, 0.2 s, …) before a resize is given up
+
 
 class DockerPtyProcess(InContainer):
     """A PTY command: `docker exec -t` through the Engine API (a real PTY inside the container)."""
@@ -130,8 +132,9 @@ class DockerPtyProcess(InContainer):
             return
 
         def apply() -> None:
-            # A busy engine can refuse one resize; a lost one leaves the terminal wrong until the next.
-            for attempt in range(3):
+            # A busy engine can refuse a resize (a loaded machine: several in a row); a lost one leaves the
+            # terminal wrong until the next.
+            for attempt in range(RESIZE_ATTEMPTS):
                 try:
                     self._api.exec_resize(self._exec_id, height=rows, width=cols)
                     return
