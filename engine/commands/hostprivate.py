@@ -93,13 +93,20 @@ def _make_in_copy(path: str, binds_: Iterable[tuple[str, str]]) -> None:
     source = next((s for s, _dest in binds_ if path == s or path.startswith(s + os.sep)), None)
     if source is None:
         return
+    make_below(source, path)
+
+
+def make_below(start: str, path: str) -> None:
+    """`path` made below `start` (an existing directory), each missing directory 0700, one at a time by fd
+    with no link followed (engine.commands.otherroots makes missing roots so too); a link or a file on the
+    way: nothing more is made."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(source, flags)
+        fd = os.open(start, flags)
     except OSError:
         return
     try:
-        for part in path[len(source) :].split(os.sep):
+        for part in path[len(start.rstrip(os.sep)) :].split(os.sep):
             if not part:
                 continue
             with contextlib.suppress(FileExistsError):

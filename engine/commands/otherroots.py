@@ -15,10 +15,11 @@ show it once something made it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
+
+from engine.commands import hostprivate
 
 _here = threading.local()  # this thread's last view: (own roots, other roots covered), for hides()
 
@@ -137,24 +138,7 @@ def _make_from(start: str, path: str) -> None:
     file on the way: nothing more is made."""
     if not _inside(path, start) or path == start:
         return
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(start, flags)
-    except OSError:
-        return
-    try:
-        for part in path[len(start.rstrip(os.sep)) :].split(os.sep):
-            if not part:
-                continue
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o700, dir_fd=fd)
-            inner = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except OSError:
-        return
-    finally:
-        os.close(fd)
+    hostprivate.make_below(start, path)
 
 
 def _depth_key(path: str) -> tuple[int, str]:
