@@ -99,6 +99,7 @@
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAIL 126 /* the host view could not be entered: nothing of the command ran */
@@ -696,12 +697,13 @@ static void pass_on(int sig) {
 
 /* bwrap's setup fails now and then while the host's mount table changes under it ("Can't find source
    path /proc/self/fd/N", "Race condition binding dirfd"), before the run's pid 1 starts: nothing of the
-   run has started, so bwrap is started again, up to SETUP_ATTEMPTS times, and only the last attempt's
-   words reach the run's stderr. Until the run's `status` (bwrap's last step: its setup is done) writes a
+   run has started, so bwrap is started again, up to SETUP_ATTEMPTS times after a pause that doubles each
+   time (10 ms .. 160 ms: a busy host's mount table settles), and only the last attempt's words reach the
+   run's stderr. Until the run's `status` (bwrap's last step: its setup is done) writes a
    NUL to it and takes the real stderr back from ERR (`status FD:ERR`), bwrap's stderr is a pipe read here.
    This process stays bwrap's parent, passing on the signals it does not ignore, and tells its exit as it
    was. */
-#define SETUP_ATTEMPTS 3
+#define SETUP_ATTEMPTS 6
 static int setup_retried(char **command, char **slot) {
     static char word[48];
     int err = fcntl(2, F_DUPFD, 3); /* not close-on-exec: bwrap passes it on to the run's `status` */
@@ -758,7 +760,11 @@ static int setup_retried(char **command, char **slot) {
         bwrap_pid = 0;
         int failed = !started && !spilled && WIFEXITED(status) && WEXITSTATUS(status) == 1 && n > 7 &&
                      !memcmp(held, "bwrap: ", 7);
-        if (failed && attempt < SETUP_ATTEMPTS) continue;
+        if (failed && attempt < SETUP_ATTEMPTS) {
+            struct timespec pause = {0, 10000000L << (attempt - 1)};
+            while (nanosleep(&pause, &pause) < 0 && errno == EINTR) {}
+            continue;
+        }
         write_all(err, held, n);
         report(status);
     }

@@ -89,7 +89,7 @@ def test_a_run_whose_bwrap_failed_its_setup_is_started_again_and_shows_only_its_
     assert tries.read_text().split() == ["try"] * 3
 
 
-def test_a_bwrap_that_never_gets_through_its_setup_is_tried_three_times_and_says_why_once(
+def test_a_bwrap_that_never_gets_through_its_setup_is_tried_six_times_and_says_why_once(
     tmp_path: Path,
 ) -> None:
     flaky, tries = _flaky(tmp_path, failures=10)
@@ -97,7 +97,7 @@ def test_a_bwrap_that_never_gets_through_its_setup_is_tried_three_times_and_says
     out, err = proc.communicate(timeout=60)
     assert (out, err.decode(), proc.returncode) == (b"", SETUP_FAILURE + "\n", 1)
     assert host_io.status_exit(status, proc.args, proc.returncode) == (1, None)
-    assert tries.read_text().split() == ["try"] * 3
+    assert tries.read_text().split() == ["try"] * 6
 
 
 def test_a_commands_own_bwrap_words_and_exit_1_are_never_taken_for_a_setup_failure(tmp_path: Path) -> None:
