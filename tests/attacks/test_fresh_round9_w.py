@@ -106,7 +106,10 @@ async def _approved_run_rereads_itself(
             sid = (await wait_until(listed))[0]["sessionId"]
 
             async def ready() -> bool:  # the run is past its view's set-up, waiting for its line
+                polled = await client.request("process", {"action": "poll", "sessionId": sid})
                 log = await client.request("process", {"action": "log", "sessionId": sid})
+                # a run that ended before READY says why here, not as a wait that timed out
+                assert "READY" in str(log["text"]) or polled["details"]["status"] == "running", (polled, log)
                 return "READY" in str(log["text"])
 
             await wait_until(ready, timeout=30)
