@@ -18,6 +18,7 @@ from typing import Any
 from engine import statefs
 from engine.approvals.grants import GrantStore
 from engine.approvals.store import ApprovalsStore
+from engine.commands import hostview
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
 from engine.nodes import gateway_key
@@ -455,6 +456,10 @@ async def serve_stdio() -> int:
         writer = Output(asyncio.StreamWriter(transport, protocol, reader, loop))
     except ValueError:  # a regular file
         writer = Output(None)
+    refused = hostview.home_refused()
+    if refused:  # as the gateway does: every view this node makes would protect the wrong home
+        print(f"exechost node: {refused}", file=sys.stderr)
+        return 1
     state = statefs.ensure_private_dir(statefs.state_dir())
     relayed = await relay_to_service(state, reader, writer)
     if relayed is not None:

@@ -31,6 +31,7 @@ def _env(state: Path) -> dict[str, str]:
     return {
         "OPENCLAW_STATE_DIR": str(state),
         "HOME": str(state.parent),
+        "EXECHOST_HOST_HOME": str(state.parent),  # a node starts only with the home its views protect
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": REPO,
     }

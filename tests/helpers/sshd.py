@@ -92,7 +92,7 @@ class SshdNode:
             # HOME is the node's root: the login shell must not read the real user's rc files (a pyenv
             # rehash there can hold a lock for a minute), and nothing on the node may touch the real HOME.
             f"SetEnv OPENCLAW_STATE_DIR={self.state_dir} EXECHOST_TEST_RUN={os.getpid()} "
-            f"HOME={self.root} PYTHONPATH={REPO}{_private_env(' ')}\n"
+            f"HOME={self.root} EXECHOST_HOST_HOME={self.root} PYTHONPATH={REPO}{_private_env(' ')}\n"
         )
         self.proc = subprocess.Popen(
             [SSHD, "-D", "-e", "-f", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -136,6 +136,7 @@ class SshdNode:
         env = {
             "OPENCLAW_STATE_DIR": str(self.state_dir),
             "HOME": str(self.root),
+            "EXECHOST_HOST_HOME": str(self.root),  # the node's HOME is its root, not its passwd entry's
             "PATH": "/usr/bin:/bin",
             "PYTHONPATH": REPO,
             "EXECHOST_TEST_RUN": str(os.getpid()),

@@ -38,3 +38,19 @@ async def test_the_gateway_does_not_start_with_another_home(
     with pytest.raises(HostHomeError, match="not this account's home"):
         await server.start()
     assert not (state_dir / "gateway.sock").exists()  # nothing was listening, nothing left behind
+
+
+@pytest.mark.parametrize("verb", [["serve", "--stdio"], ["run"]])
+def test_a_node_does_not_start_with_another_home(state_dir: Path, verb: list[str]) -> None:
+    """A node's runs are host runs too: the same refusal, said on stderr (the gateway shows it), before
+    anything is read from the link or listened on."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != hostview.HOST_HOME_ENV}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "node", *verb],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "not this account's home" in done.stderr, done
+    assert not list(state_dir.glob("*.sock"))

@@ -135,7 +135,13 @@ async def test_serve_stdio_without_a_service_still_serves_in_process(
 
 
 def _node_env(home: Path, state: Path) -> dict[str, str]:
-    return {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state), "PATH": "/usr/bin:/bin", "PYTHONPATH": REPO}
+    return {
+        "HOME": str(home),
+        "EXECHOST_HOST_HOME": str(home),  # a node starts only with the home its views protect
+        "OPENCLAW_STATE_DIR": str(state),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": REPO,
+    }
 
 
 def test_install_service_writes_a_user_unit(tmp_path: Path, state_dir: Path) -> None:

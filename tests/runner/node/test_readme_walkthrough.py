@@ -64,7 +64,15 @@ def test_the_readme_node_walkthrough_works_in_fresh_shells(tmp_path: Path) -> No
     try:
         # 1. On the node (pip install stands for this checkout's venv).
         step1 = [c for c in commands(on_node) if not c.startswith("pip install")]
-        done = shell("\n".join(step1), {**base, "HOME": str(node_root), "OPENCLAW_HOME": str(node_root)})
+        done = shell(
+            "\n".join(step1),
+            {
+                **base,
+                "HOME": str(node_root),
+                "OPENCLAW_HOME": str(node_root),
+                "EXECHOST_HOST_HOME": str(node_root),
+            },
+        )
         assert done.returncode == 0, done.stderr
         assert (node.state_dir / "config.toml").exists()
 
