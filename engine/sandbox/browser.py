@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.sandbox import docker_ops, dockercg, wsbudget, wsfs
+from engine.sandbox import agentcap, docker_ops, dockercg, wsbudget, wsfs
 from engine.sandbox.manager import SandboxError, refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
@@ -29,6 +29,7 @@ from engine.sandbox.settings import (
     container_name,
     digest,
     layout,
+    split_namespace,
     state_id,
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
@@ -297,6 +298,17 @@ class BrowserManager:
             warnings = await self._ensure(settings, blay, agent_id)
         await self.touch(blay.name)
         return warnings
+
+    async def over_cap(self, blay: BrowserLayout, agent_id: str, cap: int) -> list[str]:
+        """The agent's other browsers to end, least recently used first, so that `blay`'s fits under its
+        cap (`tools.exec.maxSandboxesPerAgent`, counted apart from its exec sandboxes): never another
+        agent's; a browser has no command to wait for, so none is too busy to end."""
+        entries = await asyncio.to_thread(self.registry.read)
+        mine = agentcap.owned(entries, split_namespace(blay.scope_key)[0] + agent_id, blay.name)
+        if len(mine) < cap:
+            return []
+        running = await asyncio.to_thread(agentcap.live, mine)
+        return [entry.containerName for entry in agentcap.to_end(running, cap, {})[0]]
 
     async def _ensure(self, settings: SandboxSettings, blay: BrowserLayout, agent_id: str) -> list[str]:
         expected = browser_hash(settings, blay)

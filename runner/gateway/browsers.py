@@ -6,6 +6,7 @@ when `autoStart` allows, opens its door, and tells subscribers what changed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import time
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from engine.lazymod import lazy
 from engine.protocol.methods import EventName, Topic
 from engine.results import ToolError, ToolResult
-from engine.sandbox import docker_ops
+from engine.sandbox import agentcap, docker_ops
 from engine.sandbox.manager import SandboxError
 from engine.sandbox.settings import SandboxSettings, main_session_key, resolve_settings
 
@@ -43,6 +44,7 @@ class BrowserHub:
     def __init__(self, services: HubServices) -> None:
         self._services = services
         self._ready: dict[str, str] = {}  # browser → config hash it was last brought up with here
+        self._agent_locks: dict[str, asyncio.Lock] = {}
 
     # Made on first use: a gateway that never runs a browser never loads their modules.
     @functools.cached_property
@@ -80,8 +82,12 @@ class BrowserHub:
         settings, blay = self.resolve(agent_id, session_key)
         if not settings.browser.enabled:
             raise ToolError(DISABLED.format(agent=agent_id))
+        cap = agentcap.cap_for(self._services.config(), agent_id)
         try:
-            warnings = await self.manager.ensure(settings, blay, agent_id)
+            async with self._agent_locks.setdefault(agent_id, asyncio.Lock()):  # one start at a time counts
+                for name in await self.manager.over_cap(blay, agent_id, cap):
+                    await self.stop(agent_id, session_key, name)
+                warnings = await self.manager.ensure(settings, blay, agent_id)
         except (SandboxError, docker_ops.SandboxUnavailable) as exc:
             raise ToolError(str(exc)) from None
         await self._endpoint(blay.name)

@@ -316,3 +316,41 @@ def test_the_door_puts_its_token_only_in_urls_of_its_own_origin() -> None:
     assert out[0]["devtoolsFrontendUrl"] == "/devtools/inspector.html?ws=127.0.0.1:9333/T0K/devtools/page/A"
     assert out[1]["webSocketDebuggerUrl"] == "ws://127.0.0.1:9333/T0K/devtools/page/B"
     assert "devtoolsFrontendUrl" not in out[1]
+
+
+async def test_an_agents_browsers_are_capped_and_its_least_recently_used_one_ends(
+    browser_state: Path,
+) -> None:
+    """`tools.exec.maxSandboxesPerAgent` caps an agent's browsers too (each session key names one, and each
+    is a Chromium): the agent's least recently used browser ends for a new one, never another agent's."""
+    write_config(
+        browser_state,
+        "[tools.exec]\nmaxSandboxesPerAgent = 2\n" + CONFIG.replace("\n[", '\nscope = "session"\n[', 1),
+    )
+    principals.mint(browser_state, "ops")
+    async with gateway(browser_state):
+        agent = await connect(browser_state, "agent", operator=False)
+        ops = await connect(browser_state, "ops", operator=False, agent="ops")
+        try:
+
+            async def open_in(client: object, key: str) -> str:
+                done = await client.request(  # type: ignore[attr-defined]
+                    "browser",
+                    {"action": "navigate", "url": f"data:text/html,<title>{key}</title>", "sessionKey": key},
+                )
+                assert done["details"]["title"] == key, done
+                return str(done["details"]["containerName"])
+
+            theirs = await open_in(ops, "agent:ops:x")
+            first = await open_in(agent, "agent:main:a")
+            second = await open_in(agent, "agent:main:b")
+            third = await open_in(agent, "agent:main:c")
+            assert len({theirs, first, second, third}) == 4  # one browser per session key
+            names = {c["Names"][0].lstrip("/") for c in list_browsers()}
+            assert names == {theirs, second, third}, names
+            # the ended one comes back on its next call, ending the least recently used again
+            assert await open_in(agent, "agent:main:a") == first
+            assert {c["Names"][0].lstrip("/") for c in list_browsers()} == {theirs, third, first}
+        finally:
+            await agent.close()
+            await ops.close()
