@@ -1,4 +1,4 @@
-"""Untrusted session output made safe to show: `\\r` overwrite, SGR colour kept, other escapes dropped."""
+"""Untrusted session output made safe to show: `\\r` overwrite, SGR colour kept, nothing else but text."""
 
 from __future__ import annotations
 
@@ -8,23 +8,16 @@ from functools import lru_cache
 from rich.style import Style
 from rich.text import Text
 
-# OSC/DCS/APC/PM/SOS strings (BEL- or ST-terminated), then CSI, then any other two-byte ESC sequence.
-_STRINGS = re.compile(r"\x1b[\]P_^X][^\x07\x1b]*(?:\x07|\x1b\\)?")
-_CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-_ESC2 = re.compile(r"\x1b[ -/]*[0-~]")
-_C0 = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+from engine import termtext
+
+_C0 = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
 _SGR = re.compile(r"\x1b\[[0-9;:]*m")
-_INCOMPLETE = re.compile(
-    r"\x1b(?:\[[0-?]*[ -/]*|[\]P_^X][^\x07\x1b]*|[ -/]*)$"
-)  # a sequence still arriving at the end of the tail
 
 
 def sanitize(text: str) -> str:
-    """Keep printable text, tabs, newlines, `\\r` and SGR colour; drop OSC titles, cursor moves, C0."""
-    text = _STRINGS.sub("", text)
-    text = _CSI.sub(lambda m: m.group(0) if m.group(0).endswith("m") else "", text)
-    text = _ESC2.sub(lambda m: m.group(0) if m.group(0).startswith("\x1b[") else "", text)
-    return _C0.sub("", text)
+    """Keep printable text, tabs, `\r` and SGR colour; drop every other sequence, in its 7-bit and its
+    C1 spelling, and every character that does not draw (engine.termtext: what is kept is named)."""
+    return termtext.line_view(text)
 
 
 def plain(text: str) -> str:
@@ -42,7 +35,7 @@ class LineAssembler:
 
     @property
     def partial(self) -> str:
-        return _overwrite(sanitize(_INCOMPLETE.sub("", self._partial)))
+        return _overwrite(sanitize(termtext.finished(self._partial)))
 
     def feed(self, chunk: str) -> list[str]:
         text = self._partial + chunk
@@ -51,7 +44,7 @@ class LineAssembler:
         if len(self._partial) > 65_536:  # a never-ending line: show it in pieces
             parts.append(self._partial)
             self._partial = ""
-        if "\x1b" not in text and not _C0.search(text):
+        if text.isascii() and "\x1b" not in text and not _C0.search(text):
             # Plain output (the common case): nothing to strip, so no regex runs per line.
             return [_overwrite(p) for p in parts] if "\r" in text else parts
         return [_overwrite(sanitize(p)) for p in parts]

@@ -16,8 +16,10 @@ from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, RemoteError
 from engine.protocol.methods import EventName, Topic
 from engine.protocol.requests import ProcessRequest, SessionsOutput, SessionsResize, Subscribe
+from engine.termtext import TerminalFilter
 
 DETACH = b"\x1d"  # ctrl+]
+LEAVE = "\x1b[0m\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1004l\x1b[?2004l\x1b[?1049l\x1b[?25h"
 
 
 def attach_session(state: Path | None, session_id: str, row: dict[str, Any]) -> None:
@@ -45,12 +47,18 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
     )
     scope = row.get("scopeKey")
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    # The agent's bytes reach the operator's own terminal: only what a full-screen program needs passes
+    # (no OSC clipboard, title or link, no window operation, no C1 control: engine.termtext).
+    screen = TerminalFilter()
+
+    def show(text: str) -> None:
+        os.write(sys.stdout.fileno(), screen.feed(text).encode("utf-8", "replace"))
 
     def on_event(ev: Event) -> None:
         if ev.data.get("sessionId") != session_id:
             return
         if ev.event == EventName.SESSION_OUTPUT and isinstance(ev.data.get("data"), str):
-            os.write(sys.stdout.fileno(), ev.data["data"].encode("utf-8", "replace"))
+            show(ev.data["data"])
         elif ev.event == EventName.SESSION_EXITED:
             queue.put_nowait(None)
 
@@ -70,7 +78,7 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
         )
         with contextlib.suppress(RemoteError):
             tail = await client.request(SessionsOutput(session_id=session_id, limit=16384))
-            os.write(sys.stdout.fileno(), str(tail.get("data") or "").encode("utf-8", "replace"))
+            show(str(tail.get("data") or ""))
         loop.add_reader(stdin, lambda: queue.put_nowait(os.read(stdin, 4096)))
         while (data := await queue.get()) is not None:
             detach = DETACH in data
@@ -85,5 +93,8 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
     finally:
         with contextlib.suppress(Exception):
             loop.remove_reader(stdin)
+        # modes the program set (mouse reports, bracketed paste, the alternate screen) end with the attach
+        with contextlib.suppress(OSError):
+            os.write(sys.stdout.fileno(), LEAVE.encode())
         termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
         await client.close()

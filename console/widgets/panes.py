@@ -13,6 +13,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from console.ansi import LineAssembler, plain, pyte_style, to_text
+from engine.termtext import drawn
 
 MAX_LINES = 5_000
 
@@ -176,7 +177,7 @@ class TerminalPane(Widget, can_focus=True):
                 segments.append(Segment("".join(run), run_style))
                 run = []
             run_style = style
-            run.append(char.data or " ")
+            run.append(char.data if char.data and drawn(char.data) else " ")
         if run:
             segments.append(Segment("".join(run), run_style))
         return Strip(segments, model.columns)

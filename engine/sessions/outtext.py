@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import codecs
-import re
 from dataclasses import dataclass
 from typing import Any
 
-# Control characters below 0x20 except tab, newline and carriage return (reference §1.12).
-_C0_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
-# Unicode category Cf (\p{Format}): invisible characters that can hide text from a reader.
-_FORMAT_RE = re.compile(
-    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
-    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
-)
-# Terminal escape sequences (CSI, OSC, charset and two-byte ESC forms): noise in a text view of a PTY.
-_ANSI_RE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[PX^_][^\x1b]*\x1b\\"
-    r"|\x1b[()*+][0-9A-Za-z]|\x1b[@-Z\\-_=>78]"
-)
+from engine import termtext
 
 
 def truncation_marker(dropped: int, session_id: str | None = None) -> str:
@@ -29,7 +16,8 @@ def truncation_marker(dropped: int, session_id: str | None = None) -> str:
 
 
 def sanitize(text: str, *, terminal: bool = False) -> str:
-    """The text view of output: escape sequences, C0 controls and \\p{Format} removed.
+    """The text view of output: every escape sequence removed whole (7-bit and C1 spellings), and of the
+    rest only what draws, tabs, newlines and `\r` (engine.termtext: what is kept, not what is refused).
 
     Applied when a view is read, not per chunk: a view is at most a few hundred thousand chars,
     while a flood can be gigabytes that nobody will ever read from memory. Escape sequences are
@@ -38,12 +26,7 @@ def sanitize(text: str, *, terminal: bool = False) -> str:
     kept for callers that mark PTY views.
     """
     del terminal
-    if "\x1b" in text:
-        text = _ANSI_RE.sub("", text)
-    text = _C0_RE.sub("", text)
-    if not text.isascii():
-        text = _FORMAT_RE.sub("", text)
-    return text
+    return termtext.plain(text)
 
 
 class TextDecoder:
