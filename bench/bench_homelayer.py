@@ -52,7 +52,7 @@ def main() -> None:
     os.environ["HOME"] = str(home)
     master = socket.socket(socket.AF_UNIX)
     master.bind(str(home / "cm"))  # one socket the list would cover
-    from engine.commands import homelayer, hostkeeper, hostview
+    from engine.commands import homelayer, hostkeeper, hostoutside, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -65,7 +65,7 @@ def main() -> None:
         subprocess.run(["cc", "-O2", "-Wall", "-o", helper, str(source)], check=True)
         os.environ[hostkeeper.HELPER_ENV] = helper
         hostkeeper.stop()
-        outside = hostview.Outside(writable=(str(home / "work"),))
+        outside = hostoutside.Outside(writable=(str(home / "work"),))
         true = ["/bin/sh", "-c", "true"]
         kept = pinned_view(None, host=True, outside=outside)
         layered = kept.wrap(true)

@@ -74,7 +74,7 @@ def main() -> None:
     (home / ".cache").mkdir()
     master = socket.socket(socket.AF_UNIX)
     master.bind(str(home / ".cache" / "cm"))  # an ssh master under the home: one socket to cover
-    from engine.commands import homesockets, hostkeeper, hostview
+    from engine.commands import homesockets, hostkeeper, hosttrust, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -129,7 +129,7 @@ def main() -> None:
         )  # fmt: skip
         state = str(root / "s")
         whole = per_call_us(lambda: hostview.view_args(state), args.runs)
-        programs = per_call_us(hostview.config_programs, args.runs)
+        programs = per_call_us(hosttrust.config_programs, args.runs)
         sockets = per_call_us(lambda: homesockets.home_sockets(str(home), [state]), args.runs)
         paths = per_call_us(lambda: hostview._make_path_dirs(str(home), state, None), args.runs)
         for what, us in (
