@@ -61,8 +61,8 @@ def main() -> None:
             print("needs bwrap and cc")
             return
         helper = str(root / "hostenter")
-        source = ROOT / "engine" / "commands" / "hostenter.c"
-        subprocess.run(["cc", "-O2", "-Wall", "-o", helper, str(source)], check=True)
+        sources = sorted(str(c) for c in (ROOT / "engine" / "commands" / "hostenter").glob("*.c"))
+        subprocess.run(["cc", "-O2", "-Wall", "-o", helper, *sources], check=True)
         os.environ[hostkeeper.HELPER_ENV] = helper
         hostkeeper.stop()
         outside = hostoutside.Outside(writable=(str(home / "work"),))
