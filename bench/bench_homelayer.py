@@ -52,7 +52,7 @@ def main() -> None:
     os.environ["HOME"] = str(home)
     master = socket.socket(socket.AF_UNIX)
     master.bind(str(home / "cm"))  # one socket the list would cover
-    from engine.commands import homelayer, hostkeeper, hostview
+    from engine.commands import homelayer, hostkeeper, hostoutside, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -61,11 +61,11 @@ def main() -> None:
             print("needs bwrap and cc")
             return
         helper = str(root / "hostenter")
-        source = ROOT / "engine" / "commands" / "hostenter.c"
-        subprocess.run(["cc", "-O2", "-Wall", "-o", helper, str(source)], check=True)
+        sources = sorted(str(c) for c in (ROOT / "engine" / "commands" / "hostenter").glob("*.c"))
+        subprocess.run(["cc", "-O2", "-Wall", "-o", helper, *sources], check=True)
         os.environ[hostkeeper.HELPER_ENV] = helper
         hostkeeper.stop()
-        outside = hostview.Outside(writable=(str(home / "work"),))
+        outside = hostoutside.Outside(writable=(str(home / "work"),))
         true = ["/bin/sh", "-c", "true"]
         kept = pinned_view(None, host=True, outside=outside)
         layered = kept.wrap(true)

@@ -74,7 +74,7 @@ def main() -> None:
     (root / "s").mkdir(mode=0o700)
     (root / "h").mkdir(mode=0o700)
     (root / "empty").mkdir(mode=0o700)
-    from engine.commands import homeprivate, hostkeeper, hostview
+    from engine.commands import homeprivate, hostkeeper, hostoutside, hostroots, hostview
     from engine.commands.pinned import pinned_view
 
     state, home = str(root / "s"), root / "h"
@@ -109,10 +109,10 @@ def main() -> None:
         def one_changed() -> None:
             turn[0] += 1
             (changing / f"new{turn[0]}").write_text("")
-            hostview.home_private(state, None, hostview.NOTHING_OUTSIDE, [], [])
+            hostroots.home_private(state, None, hostoutside.NOTHING_OUTSIDE, [], [])
 
         def private_now() -> homeprivate.Found:
-            return hostview.home_private(state, None, hostview.NOTHING_OUTSIDE, [], [])
+            return hostroots.home_private(state, None, hostoutside.NOTHING_OUTSIDE, [], [])
 
         def cold() -> float:
             homeprivate.clear()

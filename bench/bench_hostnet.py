@@ -46,7 +46,7 @@ def main() -> None:
     os.environ["HOME"] = str(root / "h")
     (root / "s").mkdir(mode=0o700)
     (root / "h").mkdir(mode=0o700)
-    from engine.commands import hostkeeper, hostnet, hostview
+    from engine.commands import hostkeeper, hostnet, hostoutside, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -61,8 +61,8 @@ def main() -> None:
             t0 = time.perf_counter()
             hostnet.ensure(state, f"a{n}", helper)
             made.append((time.perf_counter() - t0) * 1000)
-        shared = hostview.Outside()
-        own = hostview.Outside(net_agent="main")
+        shared = hostoutside.Outside()
+        own = hostoutside.Outside(net_agent="main")
         views = {
             "kept, host network": pinned_view(None, host=True, outside=shared),
             "kept, own network": pinned_view(None, host=True, outside=own),

@@ -69,7 +69,7 @@ def ops_cost(runs: int) -> dict[str, float]:
     """ms per call of the view's operations (hostview.view_args, what every run computes before it enters
     the kept view): with no git includes, with three (an include, an includeIf, an include of an include)
     cached by their bytes, and with the cache emptied before each call (git asked per file)."""
-    from engine.commands import bindsource, hostview
+    from engine.commands import bindsource, hostoutside, hosttrust, hostview
 
     state, home = os.environ["OPENCLAW_STATE_DIR"], Path(os.environ["HOME"])
 
@@ -83,13 +83,13 @@ def ops_cost(runs: int) -> dict[str, float]:
     # what a run in a bwrap of its own adds (round 8 q): every bind's source opened along its path, no
     # link followed, checked on the fd; and the import paths read from the interpreter, alone
     found["by fd, no includes"] = per_call(lambda: bindsource.close(hostview.view_by_fd(state)[1]), runs)
-    found["import paths alone"] = per_call(hostview.import_paths, runs)
+    found["import paths alone"] = per_call(hosttrust.import_paths, runs)
     (home / ".gitconfig").write_text('[include]\n\tpath = a.inc\n[includeIf "gitdir:~/w/"]\n\tpath = b.inc\n')
     (home / "a.inc").write_text("[include]\n\tpath = c.inc\n")
-    assert len(hostview.git_includes()) == 3
+    assert len(hosttrust.git_includes()) == 3
     found["includes, cached"] = per_call(lambda: hostview.view_args(state), runs)
     found["includes, uncached"] = per_call(
-        lambda: (hostview._INCLUDES.clear(), hostview.view_args(state)), max(runs // 10, 5)
+        lambda: (hosttrust._INCLUDES.clear(), hostview.view_args(state)), max(runs // 10, 5)
     )
     for name in (".gitconfig", "a.inc"):
         (home / name).unlink()
@@ -98,7 +98,7 @@ def ops_cost(runs: int) -> dict[str, float]:
     ssh.mkdir(mode=0o700)
     for n in range(10):
         (ssh / f"f{n}").write_text("x\n")
-    key = hostview.Outside(hidden=(str(ssh / "f0"),))
+    key = hostoutside.Outside(hidden=(str(ssh / "f0"),))
     found["~/.ssh of 10 files covered"] = per_call(lambda: hostview.view_args(state, None, key), runs)
     for entry in ssh.iterdir():
         entry.unlink()
@@ -110,7 +110,7 @@ def ops_cost(runs: int) -> dict[str, float]:
     found["private dirs found and made"] = per_call(
         lambda: hostprivate.binds(state, "main", hostprivate.dests(None)), runs
     )
-    private = hostview.Outside(private=hostprivate.binds(state, "main", hostprivate.dests(None)))
+    private = hostoutside.Outside(private=hostprivate.binds(state, "main", hostprivate.dests(None)))
     found["private dirs bound"] = per_call(lambda: hostview.view_args(state, None, private), runs)
     return found
 
@@ -124,7 +124,7 @@ def main() -> None:
     os.environ["HOME"] = str(root / "h")
     (root / "s").mkdir(mode=0o700)
     (root / "h").mkdir(mode=0o700)
-    from engine.commands import hostkeeper, hostview
+    from engine.commands import hostkeeper, hostoutside, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -147,15 +147,15 @@ def main() -> None:
         # a run whose workdir is a project in the home: read-only there now (only hostWritable is writable),
         # so it enters the kept view (before round 7 n that dir was bound writable in a bwrap of its own)
         (root / "h" / "proj").mkdir()
-        home_run = pinned_view(None, host=True, outside=hostview.Outside(workdir=str(root / "h" / "proj")))
+        home_run = pinned_view(None, host=True, outside=hostoutside.Outside(workdir=str(root / "h" / "proj")))
         # every agent's own /tmp, /var/tmp, /dev/shm, ... (engine.commands.hostprivate: the default set,
         # present here): bound in its kept view; a workdir in one takes a bwrap of its own (--chdir)
         from engine.commands import hostprivate
 
         binds = hostprivate.binds(str(root / "s"), "main", hostprivate.dests(None))
-        private_kept = pinned_view(None, host=True, outside=hostview.Outside(private=binds))
+        private_kept = pinned_view(None, host=True, outside=hostoutside.Outside(private=binds))
         (Path(binds[0][0]) / "proj").mkdir(exist_ok=True)
-        in_private = hostview.Outside(private=binds, chdir=os.path.join(binds[0][1], "proj"))
+        in_private = hostoutside.Outside(private=binds, chdir=os.path.join(binds[0][1], "proj"))
         private_cwd = pinned_view(None, host=True, outside=in_private)
         true = ["/bin/sh", "-c", "true"]
         results: dict[str, tuple[list[float], list[float]]] = {}

@@ -50,7 +50,7 @@ def main() -> None:
     os.environ["OPENCLAW_STATE_DIR"], os.environ["HOME"] = str(state), str(home)
     state.mkdir(mode=0o700)
     home.mkdir(mode=0o700)
-    from engine.commands import hostkeeper, hostview
+    from engine.commands import hostkeeper, hostoutside, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -64,8 +64,8 @@ def main() -> None:
             (home / f"agent{n}-work").mkdir()
             (home / f"agent{n}-work" / "notes").write_text("x\n")
             others.append(str(home / f"agent{n}-work"))
-        alone = hostview.Outside(writable=(str(own),), writable_anywhere=(str(own),))
-        covered = hostview.Outside(writable=(str(own),), writable_anywhere=(str(own), *others))
+        alone = hostoutside.Outside(writable=(str(own),), writable_anywhere=(str(own),))
+        covered = hostoutside.Outside(writable=(str(own),), writable_anywhere=(str(own), *others))
         views = {"none": alone, "covered": covered}
         ops: dict[str, list[float]] = {k: [] for k in views}
         made: dict[str, list[float]] = {k: [] for k in views}

@@ -45,10 +45,12 @@ def per_call_us(fn: Callable[[], object], runs: int) -> float:
     return (time.perf_counter() - t0) * 1e6 / runs
 
 
-def build(source: bytes, out: Path) -> str:
-    src = out.with_suffix(".c")
-    src.write_bytes(source)
-    subprocess.run(["cc", "-O2", "-Wall", "-o", str(out), str(src)], check=True)
+def build(tree: Path, out: Path) -> str:
+    """The helper of the checkout at `tree`: its engine/commands/hostenter/*.c, or the one hostenter.c of a
+    tree from before the split."""
+    split = sorted(str(c) for c in (tree / "engine" / "commands" / "hostenter").glob("*.c"))
+    sources = split or [str(tree / "engine" / "commands" / "hostenter.c")]
+    subprocess.run(["cc", "-O2", "-Wall", "-o", str(out), *sources], check=True)
     return str(out)
 
 
@@ -74,7 +76,7 @@ def main() -> None:
     (home / ".cache").mkdir()
     master = socket.socket(socket.AF_UNIX)
     master.bind(str(home / ".cache" / "cm"))  # an ssh master under the home: one socket to cover
-    from engine.commands import homesockets, hostkeeper, hostview
+    from engine.commands import homesockets, hostkeeper, hosttrust, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -83,12 +85,13 @@ def main() -> None:
         if bwrap is None or shutil.which("cc") is None:
             print("needs bwrap and cc")
             return
-        source = ROOT / "engine" / "commands" / "hostenter.c"
-        base_src = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{args.base}:engine/commands/hostenter.c"],
-            capture_output=True, check=True,
-        ).stdout  # fmt: skip
-        helpers = {"this": build(source.read_bytes(), root / "this"), "base": build(base_src, root / "base")}
+        # the base's engine/commands as it was (one hostenter.c, or the hostenter/ dir after the split)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", args.base, "engine/commands"], capture_output=True, check=True
+        ).stdout
+        (root / "base-tree").mkdir()
+        subprocess.run(["tar", "-x", "-C", str(root / "base-tree")], input=archive, check=True)
+        helpers = {"this": build(ROOT, root / "this"), "base": build(root / "base-tree", root / "base")}
         true = ["/bin/sh", "-c", "true"]
         # one kept view (made and sealed by this helper), entered by this helper or by the base's: the
         # base's `enter` is the same words, without the keyring, the IPC namespace and the private copy
@@ -129,7 +132,7 @@ def main() -> None:
         )  # fmt: skip
         state = str(root / "s")
         whole = per_call_us(lambda: hostview.view_args(state), args.runs)
-        programs = per_call_us(hostview.config_programs, args.runs)
+        programs = per_call_us(hosttrust.config_programs, args.runs)
         sockets = per_call_us(lambda: homesockets.home_sockets(str(home), [state]), args.runs)
         paths = per_call_us(lambda: hostview._make_path_dirs(str(home), state, None), args.runs)
         for what, us in (

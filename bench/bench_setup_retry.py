@@ -46,8 +46,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="esr-", dir="/tmp"))
     try:
         helper = str(root / "hostenter")
-        source = ROOT / "engine" / "commands" / "hostenter.c"
-        subprocess.run(["cc", "-O2", "-Wall", "-o", helper, str(source)], check=True)
+        sources = sorted(str(c) for c in (ROOT / "engine" / "commands" / "hostenter").glob("*.c"))
+        subprocess.run(["cc", "-O2", "-Wall", "-o", helper, *sources], check=True)
         check = [helper, "check-cwd", "-", "--", "/bin/true"]
         # the same words but for the check-cwd helper's name (a link to it): own-pts finds no `status`
         # slot and execs bwrap, as before the retry

@@ -39,10 +39,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
   touch "$stamp"
 fi
-# The host view's kept namespace is entered by a small C helper (engine/commands/hostenter.c); without it
-# every gateway-host run builds its view with a bwrap of its own (slower, as confining).
+# The host view's kept namespace is entered by a small C helper (engine/commands/hostenter/); without it
+# every gateway-host run builds its view with a bwrap of its own (slower, as confining). Rebuilt when any
+# file of its directory is newer than it (a header or one part changed is a new helper).
 helper=.venv/libexec/exechost-hostenter
-if [ ! -x "$helper" ] || [ engine/commands/hostenter.c -nt "$helper" ]; then
+if [ ! -x "$helper" ] || [ -n "$(find engine/commands/hostenter -newer "$helper" -print -quit)" ]; then
   mkdir -p .venv/libexec
-  cc -O2 -Wall -o "$helper.tmp" engine/commands/hostenter.c && mv "$helper.tmp" "$helper"
+  cc -O2 -Wall -o "$helper.tmp" engine/commands/hostenter/*.c && mv "$helper.tmp" "$helper"
 fi

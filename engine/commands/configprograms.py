@@ -86,7 +86,7 @@ def git_known(files: list[str]) -> bool:
 
 def git_programs(files: list[str], home: str) -> list[str]:
     """The paths the command-valued keys of these git config files name (the global and system ones and
-    what they include: hostview.git_configs, git_includes)."""
+    what they include: hosttrust.git_configs, git_includes)."""
     found: list[str] = []
     for path in files:
         for program in _git_file(path, home):
@@ -140,7 +140,7 @@ def _git_file(path: str, home: str) -> tuple[str, ...]:
 
 
 def ssh_programs(files: list[str], home: str) -> list[str]:
-    """The paths the commands of these ssh config files name (hostview.ssh_files: ~/.ssh's entries and
+    """The paths the commands of these ssh config files name (hosttrust.ssh_files: ~/.ssh's entries and
     every file its config includes): `Match exec`, ProxyCommand, LocalCommand, KnownHostsCommand and the
     libraries ssh loads (PKCS11Provider, SecurityKeyProvider)."""
     found: list[str] = []

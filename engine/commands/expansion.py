@@ -13,7 +13,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
-from engine.commands import hostview
+from engine.commands import hostoutside, hostview
 from engine.statefs import state_dir
 
 __all__ = ["HOST_SHELL", "Expansion", "expand"]
@@ -48,7 +48,10 @@ class Expansion:
 
 
 def expand(
-    command: str, cwd: str, shell: str = HOST_SHELL, outside: hostview.Outside = hostview.NOTHING_OUTSIDE
+    command: str,
+    cwd: str,
+    shell: str = HOST_SHELL,
+    outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE,
 ) -> Expansion | None:
     """`command` with its glob and `$PWD` words expanded by `shell` in `cwd`, in the host view `outside`
     describes (the run's own); None when the text holds anything else (it is then not this module's to
@@ -72,7 +75,7 @@ def expand(
     return Expansion(" ".join(out), tuple(expanded))
 
 
-def _shell_expand(word: str, cwd: str, shell: str, outside: hostview.Outside) -> tuple[str, ...] | None:
+def _shell_expand(word: str, cwd: str, shell: str, outside: hostoutside.Outside) -> tuple[str, ...] | None:
     """The fields `shell` makes of `word` unquoted (field splitting of `$PWD`, then pathname expansion;
     no match leaves the pattern), as a `for` list sees it: the same expansions a command's words get."""
     script = f'for w in {word}; do printf "%s\\0" "$w"; done'
@@ -81,7 +84,7 @@ def _shell_expand(word: str, cwd: str, shell: str, outside: hostview.Outside) ->
     # keys hidden): the ask shows what matched, and it must never list what the run itself cannot see.
     try:
         ops = hostview.view_args(str(state_dir()), None, outside) if bwrap else []
-    except (hostview.HostViewError, OSError):
+    except (hostoutside.HostViewError, OSError):
         return None
     # a workdir in a private dir: its path in the view (engine.commands.hostprivate), as the run has it
     hidden = [bwrap, *ops, "--chdir", outside.chdir or cwd, "--"] if bwrap else []

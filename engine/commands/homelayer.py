@@ -8,7 +8,7 @@ there answers ECONNREFUSED whoever bound it, by whatever name (relative, since r
 network namespace, while every file reads as it is. exechost-hostenter (`enter … DIR… --`) makes the
 overlays per run, a new superblock each (an overlay caches its lookups: a kept one would show a file the
 operator made after a run looked for it as missing), and puts every mount the kept view has below each
-directory (hostWritable binds, covers, private dirs) back on top: engine/commands/hostenter.c.
+directory (hostWritable binds, covers, private dirs) back on top: engine/commands/hostenter/layers.c.
 
 A link deeper in the home to a directory outside it (~/src/x/run -> /srv/x) is not followed here: a socket
 reached through one is as connectable as any outside the home (docs/SECURITY.md says so).

@@ -14,7 +14,7 @@ whatever it is called (an ssh ControlMaster in ~/.cache or ~/.ansible/cp, Docker
 reachable as the dir's files are. What this finds is what is bound when the view is made; the kept view's
 key holds it (its operations), so a socket bound later is covered from the next run on. Outside the home:
 /tmp and the like are each agent's own (engine.commands.hostprivate); abstract sockets are refused by the
-run's landlock scope (engine/commands/hostenter.c).
+run's landlock scope (engine/commands/hostenter/confine.c).
 """
 
 from __future__ import annotations

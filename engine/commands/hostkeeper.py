@@ -4,7 +4,7 @@
 A keeper is `bwrap <the host view's operations> -- exechost-hostenter keep`: bwrap builds the view exactly
 as it does per run (engine.commands.hostview.view_args), and the keeper holds its namespaces; this process
 holds an fd of each as well. A run that needs no pinned copies starts as `exechost-hostenter enter <mnt fd>
-<user fd> -- …` (engine/commands/hostenter.c) with its own copies of those fds: it joins the kept
+<user fd> -- …` (engine/commands/hostenter/run.c) with its own copies of those fds: it joins the kept
 namespaces, takes a mount and PID namespace of its own with its own /proc, and runs the command there.
 Runs with pinned copies keep their own bwrap (engine.commands.pinned).
 

@@ -3,7 +3,7 @@ the host's, one agent's dev server on 127.0.0.1 answered every other agent's run
 loopback services and a Docker engine on tcp://127.0.0.1 answered them all (fresh round 11 a). No list of
 ports or addresses: nothing of the host's loopback is in the namespace at all.
 
-One namespace per state dir and agent, held by `exechost-hostenter netkeep` (engine/commands/hostenter.c)
+One namespace per state dir and agent, held by `exechost-hostenter netkeep` (engine/commands/hostenter/net.c)
 for as long as this process runs, like the agent's other private places (engine.commands.hostprivate): a
 server one run of the agent leaves running answers the agent's later runs, and nobody else's. It is not
 the kept view's (engine.commands.hostkeeper): that is re-made whenever the host's mounts change, and a

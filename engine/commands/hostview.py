@@ -1,8 +1,6 @@
-"""Every command run on the gateway host starts in a private mount namespace where the state dir is an
-empty tmpfs, the gateway user's home is read-only as a whole but for the operator's `hostWritable` dirs
-(never a directory the agent names), and what the gateway or a program it trusts reads outside the home is
-read-only, present or not, through every link on the way (issue 27, fresh round 4 group A/B; rounds 6 l/m
-and 7 n: a list of protected files in a writable home, or of writable workdirs, always missed the next one).
+"""The bwrap operations and words every gateway-host run starts in: a private mount namespace where the
+state dir is an empty tmpfs, the home read-only but for its writable roots (engine.commands.hostroots), and
+what the gateway or a program it trusts reads kept read-only (engine.commands.hosttrust).
 
 A check of the words a command names can always be walked around (a link, /proc/self/cwd, a response
 file, a URL, a recursive walk, a file the program reads naming another); a path that is not in the
@@ -32,18 +30,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
-import re
 import signal
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
 from engine import sysbin
 from engine.commands import (
     bindsource,
-    configprograms,
     dirshadow,
     homelayer,
     homeprivate,
@@ -51,11 +46,36 @@ from engine.commands import (
     hostkeeper,
     hostnet,
     hostprivate,
-    importroots,
     otherroots,
-    sshinclude,
 )
-from engine.statefs import state_dir
+from engine.commands.hostoutside import (
+    NOTHING_OUTSIDE,
+    HostViewError,
+    Outside,
+    changeable,
+    creatable,
+    home_dir,
+    inside,
+    shared,
+    under,
+)
+from engine.commands.hostroots import home_private, other_roots, shadowed_dirs, writable_roots
+from engine.commands.hosttrust import (
+    RC_FILES,
+    cargo_home,
+    config_programs,
+    git_includes,
+    import_paths,
+    includes_known,
+    link_hops,
+    programs_known,
+    scratch_cargo,
+    ssh_dirs,
+    trusted_configs,
+    trusted_dirs,
+    trusted_files,
+    walked_dirs,
+)
 
 ENV = "/usr/bin/env"
 CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
@@ -83,159 +103,8 @@ INSTALL_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class Outside:
-    """What the gateway holds outside the state dir, named by its config (the caller's: this layer reads
-    no config): files no host command may read (the nodes' SSH identity files: whoever holds one speaks
-    to that node as the gateway), directories no host command may change (the agents' socket's: one
-    agent's `rm` would take it from every other), directories covered whole as the state dir is (the
-    sandbox workspace roots: every agent's sandbox files, wherever the operator put them), files the
-    gateway reads to decide (its config file, a seccomp profile, known_hosts files: read-only, made empty
-    when missing), directories whose programs run later (every pathPrepend dir and bwrap rootfs, in
-    `readonly`), the home's directories the operator lets host commands write (`[tools.exec]
-    hostWritable`; every agent's in `writable_anywhere`), and the run's own workdir (only for
-    workdir_note: it is never made writable)."""
-
-    hidden: tuple[str, ...] = ()
-    readonly: tuple[str, ...] = ()
-    covered: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()
-    writable: tuple[str, ...] = ()
-    workdir: str | None = None
-    # every agent's `hostWritable` (the config's): another agent's runs may rename in its dirs
-    writable_anywhere: tuple[str, ...] = ()
-    # the `tasks` file of the agent's pids cgroup its runs join first (engine.sandbox.bwraplimits)
-    join_tasks: str | None = None
-    # (source, destination): the agent's own /tmp, /var/tmp, ... (engine.commands.hostprivate)
-    private: tuple[tuple[str, str], ...] = ()
-    # the workdir as the run names it, when it is in the agent's private copy (its host path is there)
-    chdir: str | None = None
-    # whose network namespace the run joins (engine.commands.hostnet: the agent's own, kept); None: the
-    # host's ([tools.exec] hostNetwork = "host")
-    net_agent: str | None = None
-
-
-NOTHING_OUTSIDE = Outside()
-
-
-class HostViewError(Exception):
-    """A gateway-host run cannot be given its view: it is refused."""
-
-
 def bwrap_path() -> str | None:
     return sysbin.which("bwrap")
-
-
-# Files the operator's shells run by themselves: at start (rc, profile, env) and when a login shell ends
-# (~/.bash_logout is in Debian's /etc/skel; zsh reads ~/.zlogin after ~/.zshrc and ~/.zlogout at exit).
-RC_FILES = (
-    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".bash_logout",
-    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout",
-)  # fmt: skip
-
-
-def git_configs(environ: dict[str, str] | None = None) -> list[str]:
-    """The global and system git config files, as git finds them: ~/.gitconfig, the XDG one and
-    /etc/gitconfig, and the files GIT_CONFIG_GLOBAL and GIT_CONFIG_SYSTEM name in the gateway's
-    environment (git then reads those instead; fresh round 8 r)."""
-    env = os.environ if environ is None else environ
-    home = env.get("HOME") or os.path.expanduser("~")
-    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    found = [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"), "/etc/gitconfig"]
-    for key in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
-        named = env.get(key)
-        if named and os.path.isabs(named) and named != os.devnull:
-            found.append(named)
-    return found
-
-
-def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
-    """(path, bind even when missing): files the gateway trusts (gitvet reads the global and system git
-    config, treecode the operator's npm and cargo config) or the operator runs (shell rc files). In the
-    home they are read-only with it and no writable root may hold one; a missing one outside the home
-    (an XDG_CONFIG_HOME elsewhere) is an empty read-only file when it may be made (it reads as no file) —
-    never an rc file, where an empty ~/.bash_profile would hide ~/.profile from a login shell."""
-    env = os.environ if environ is None else environ
-    home = env.get("HOME") or os.path.expanduser("~")
-    always = [*git_configs(environ), os.path.join(home, ".npmrc")]
-    cargo = [os.path.join(home, ".cargo", name) for name in ("config.toml", "config")]
-    present = [p for p in cargo if os.path.lexists(p)]
-    if not present and os.path.isdir(os.path.dirname(cargo[0])) and not _scratch_cargo(environ):
-        present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
-    rc = [os.path.join(home, name) for name in RC_FILES]
-    ssh = ssh_files(home)
-    return [(p, True) for p in always + present] + [(p, False) for p in rc] + [(p, True) for p in ssh]
-
-
-_GLOB = re.compile(r"[*?\[]")
-
-
-def ssh_files(home: str) -> list[str]:
-    """What asyncssh reads as the operator's at every node connect, found where it finds it (fresh round
-    8 r): every entry of ~/.ssh (a link there names a file elsewhere: a dotfiles checkout), and every
-    file ~/.ssh/config includes, to depth 16 (`Include`, relative to ~/.ssh, `~` expanded), present or
-    not; a glob's directory is a trusted dir (ssh_dirs)."""
-    return _ssh_walk(home)[0]
-
-
-def ssh_dirs(home: str) -> list[str]:
-    """The directories an `Include` glob of ~/.ssh/config reads every file of: kept whole."""
-    return _ssh_walk(home)[1]
-
-
-def ssh_configs(home: str) -> list[str]:
-    """~/.ssh/config and every file it includes (to depth 16), present or not, and ~/.ssh/known_hosts
-    (and known_hosts2): what ssh in a host run reads that is not a credential, kept readable when
-    private (engine.commands.homeprivate): host aliases resolve and hosts are verified, no key is read."""
-    ssh = os.path.join(home, ".ssh")
-    known = [os.path.join(ssh, n) for n in ("known_hosts", "known_hosts2")]
-    return list(dict.fromkeys([*_ssh_walk(home)[2], *known]))
-
-
-def _ssh_walk(home: str) -> tuple[list[str], list[str], list[str]]:
-    ssh = os.path.join(home, ".ssh")
-    try:
-        files = [os.path.join(ssh, n) for n in sorted(os.listdir(ssh))]
-    except OSError:
-        return [], [], []
-    dirs: list[str] = []
-    todo = [(os.path.join(ssh, "config"), 0)]
-    seen: set[str] = set()
-    while todo:
-        path, depth = todo.pop(0)
-        if path in seen or depth > 16:
-            continue
-        seen.add(path)
-        data = _read(path)
-        for line in (data or b"").decode(errors="replace").splitlines():
-            for word in sshinclude.include_words(line):
-                inc = os.path.expanduser(word) if word.startswith("~") else word
-                inc = inc if os.path.isabs(inc) else os.path.join(ssh, inc)
-                if _GLOB.search(inc):
-                    # the deepest directory above the first glob: asyncssh's glob walks every directory
-                    # below it (`/dots/*/ssh.conf`, `**`), a new one a run makes among them (round 9 y)
-                    fixed: list[str] = []
-                    for part in inc.split(os.sep)[:-1]:
-                        if _GLOB.search(part):
-                            break
-                        fixed.append(part)
-                    dirs.append(os.sep.join(fixed) or os.sep)
-                    todo += [(p, depth + 1) for p in sshinclude.globbed(inc)]
-                else:
-                    files.append(inc)
-                    todo.append((inc, depth + 1))
-    return list(dict.fromkeys(files)), list(dict.fromkeys(dirs)), list(seen)
-
-
-def _creatable(path: str) -> bool:
-    """Whether bwrap (as this user) could make `path` as a mountpoint: the nearest existing directory
-    above it is writable. What this user cannot create, its commands cannot either."""
-    parent = os.path.dirname(path)
-    while parent and not os.path.isdir(parent):
-        if os.path.lexists(parent):
-            return False  # a file or a dangling link on the way: nothing to create
-        parent = os.path.dirname(parent)
-    return bool(parent) and os.access(parent, os.W_OK)
 
 
 def _empty_file(state: str) -> str:
@@ -255,440 +124,6 @@ def _empty_file(state: str) -> str:
     return path
 
 
-def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
-    """Directories the gateway itself reads to act, made read-only whole (what is created in them later is
-    read too, so no file list could cover them): ~/.ssh (asyncssh reads its config, `Match exec` and
-    `ProxyCommand` run programs, at every node connect; the keys and known_hosts that prove the nodes),
-    everything the gateway's Python imports from (its code runs in every later gateway and session host),
-    and the directories of the gateway's own PATH (the programs it runs by name: git, ssh; fresh round 8
-    r: a Linuxbrew bin dir outside the home), but one every run may write already (`/tmp`) or `/`."""
-    env = os.environ if environ is None else environ
-    home = env.get("HOME") or os.path.expanduser("~")
-    found: list[str] = []
-    ssh = os.path.join(home, ".ssh")
-    if os.path.isdir(ssh):
-        found.append(ssh)
-    found += [d for d in ssh_dirs(home) if os.path.isdir(d) and not _shared(os.path.realpath(d))]
-    # an XDG config home outside the home is the operator's configs as ~/.config is (read-only with the
-    # home): every tool's there (pip's index-url, systemd user units), not only git's (fresh round 8 r)
-    xdg = env.get("XDG_CONFIG_HOME")
-    if xdg and os.path.isabs(xdg) and os.path.isdir(xdg) and not _shared(os.path.realpath(xdg)):
-        found.append(xdg)
-    imports = [p for p in import_paths() if os.path.exists(p)]
-    programs = [os.path.realpath(p) for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
-    programs = [p for p in programs if os.path.isdir(p) and not _shared(p)]
-    for path in importroots.outermost(imports + programs):
-        if path in imports and _shared(path):
-            raise HostViewError(
-                f"the gateway's Python imports code from {path}, which every host run could write: start "
-                "the gateway from its checkout (or with `python -P`), not from there"
-            )
-        if path not in found:
-            found.append(path)
-    return found
-
-
-def _shared(path: str) -> bool:
-    """`/`, or a directory every user may write: no view can keep it read-only without taking it from
-    every run."""
-    return path == os.sep or (os.path.isdir(path) and bool(os.stat(path).st_mode & 0o002))
-
-
-def import_paths() -> list[str]:
-    """Where the gateway's Python finds code (engine.commands.importroots), with the host view's helper."""
-    return importroots.import_paths(hostkeeper.helper_path())
-
-
-def _under(path: str, root: str) -> bool:
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real == top or real.startswith(top + os.sep)
-
-
-def _cargo_home(environ: dict[str, str] | None) -> str:
-    env = os.environ if environ is None else environ
-    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cargo")
-
-
-def _scratch_cargo(environ: dict[str, str] | None) -> bool:
-    """No ~/.cargo, or an empty one (the mountpoint an earlier view left): nothing of the operator's there,
-    so the view puts a scratch one in its place. A command could otherwise make one, and its config would
-    be the operator's to treecode and to every later cargo."""
-    cargo = _cargo_home(environ)
-    if not os.path.lexists(cargo):
-        return _creatable(cargo)
-    if os.path.islink(cargo) or not os.path.isdir(cargo):
-        return False
-    try:
-        with os.scandir(cargo) as entries:
-            return next(entries, None) is None
-    except OSError:
-        return False
-
-
-def home_dir(environ: dict[str, str] | None = None) -> str:
-    env = os.environ if environ is None else environ
-    return os.path.realpath(env.get("HOME") or os.path.expanduser("~"))
-
-
-# The home host views protect when it is not the account's own (tests, a service account whose HOME is
-# set on purpose): it must name $HOME itself (home_refused).
-HOST_HOME_ENV = "EXECHOST_HOST_HOME"
-
-
-def home_refused(environ: dict[str, str] | None = None) -> str | None:
-    """Why a gateway must not start with this $HOME; None when it may. Every view protects $HOME (read-only,
-    the operator's private files hidden, its sockets unreachable): a $HOME that is not the account's home
-    (its passwd entry, where its login shell, ssh and desktop read, and ~/.openclaw) left that one
-    writable and unhidden to every host run (fresh round 13 b: a client that autostarted the daemon chose
-    HOME). Refused, unless the operator named $HOME in EXECHOST_HOST_HOME."""
-    env = os.environ if environ is None else environ
-    home = env.get("HOME")
-    try:
-        own = pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:
-        return None  # no passwd entry: $HOME is the only home there is
-    if not home or not own or os.path.realpath(home) == os.path.realpath(own):
-        return None
-    named = env.get(HOST_HOME_ENV)
-    if named and os.path.realpath(named) == os.path.realpath(home):
-        return None
-    return (
-        f"HOME is {home}, not this account's home {own} (its passwd entry): host runs would find {own} "
-        f"writable and its private files readable. Start the gateway with HOME={own}, or set "
-        f"{HOST_HOME_ENV}={home} to say that {home} is the home host views protect."
-    )
-
-
-def _inside(path: str, root: str) -> bool:
-    """`path` is `root` or below it (both already resolved)."""
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def link_hops(path: str, limit: int = 40, links: dict[str, bool] | None = None) -> list[str]:
-    """Every link followed on the way from `path` to its file, in order, each named with a link-free
-    directory (a link named by a link, a link on the directory part): re-pointing any one of them makes
-    the path another file, so each is kept as the file is."""
-    hops: list[str] = []
-    resolved = os.sep
-    pending = os.path.abspath(path).split(os.sep)[1:]
-    while pending:
-        part = pending.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            resolved = os.path.dirname(resolved)
-            continue
-        here = (resolved if resolved != os.sep else "") + os.sep + part
-        known = links.get(here) if links is not None else None
-        if known is None:
-            known = os.path.islink(here)
-            if links is not None:
-                links[here] = known  # one lstat per name for a batch of paths
-        if not known:
-            resolved = here
-            continue
-        hops.append(here)
-        if len(hops) > limit:
-            break  # a loop: nothing reads through it
-        try:
-            target = os.readlink(here)
-        except OSError:
-            break
-        if target.startswith(os.sep):
-            resolved = os.sep
-        pending = target.split(os.sep) + pending
-    return hops
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(1 << 20)
-    except OSError:
-        return None
-
-
-# One git config file's include lines as git reads them, by (file, its bytes): git runs only when one
-# of the files changed (the bytes are read on every view: 10 us; git itself takes ms).
-_INCLUDES: dict[tuple[str, bytes], tuple[str, ...]] = {}
-_INCLUDE_DEPTH = 10  # git's own limit on nested includes
-
-
-def _includes_of(path: str, home: str) -> tuple[str, ...]:
-    """The files one git config file includes (`include.path` and every `includeIf.*.path`, whatever
-    the condition), as git reads the values (`--type=path`: `~` expanded), relative ones resolved
-    against the including file's own name as git resolves them; present or not. And its absolute
-    `core.hooksPath`: the hooks every later commit runs."""
-    data = _read(path)
-    if data is None:
-        return ()
-    key = (path, data)
-    cached = _INCLUDES.get(key)
-    if cached is not None:
-        return cached
-    found: list[str] = []
-    out = configprograms.git_config_of(
-        data, home, "--type=path", "--get-regexp", r"^(include(if\..*)?\.path|core\.hookspath)$"
-    )
-    if out is not None:
-        for record in out.split(b"\0"):
-            key_, sep, value = record.partition(b"\n")
-            if not sep or not value:
-                continue
-            inc = os.fsdecode(value)
-            if key_ == b"core.hookspath":
-                # the operator's hooks, run by every commit (fresh round 8 r): kept as an include is (a
-                # relative one is each repository's own, vetted with it)
-                if os.path.isabs(inc):
-                    found.append(inc)
-                continue
-            found.append(inc if os.path.isabs(inc) else os.path.join(os.path.dirname(path), inc))
-    result = tuple(found)
-    if len(_INCLUDES) > 256:
-        _INCLUDES.clear()
-    _INCLUDES[key] = result
-    return result
-
-
-def includes_known(environ: dict[str, str] | None = None) -> bool:
-    """Whether git_includes can answer from its cache (every file on the way read, none changed): then
-    no git runs, and an event loop may build the view's operations itself."""
-    todo = [(p, 0) for p in git_configs(environ)]
-    seen: set[str] = set()
-    while todo:
-        path, depth = todo.pop(0)
-        if path in seen or depth > _INCLUDE_DEPTH:
-            continue
-        seen.add(path)
-        data = _read(path)
-        if data is None:
-            continue
-        cached = _INCLUDES.get((path, data))
-        if cached is None:
-            return False
-        todo += [(inc, depth + 1) for inc in cached]
-    return True
-
-
-def git_includes(
-    environ: dict[str, str] | None = None, configs: list[tuple[str, bool]] | None = None
-) -> list[str]:
-    """Every file the global and system git config include, and the files those include (to git's
-    depth), present or not: git reads each as the operator's config, so each is kept as they are."""
-    home = home_dir(environ)
-    configs = trusted_configs(environ) if configs is None else configs
-    roots = [p for p, _always in configs][: len(git_configs(environ))]  # git's global and system
-    found: list[str] = []
-    todo = [(p, 0) for p in roots]
-    seen: set[str] = set()
-    while todo:
-        path, depth = todo.pop(0)
-        if path in seen or depth > _INCLUDE_DEPTH:
-            continue
-        seen.add(path)
-        for inc in _includes_of(path, home):
-            if inc not in found:
-                found.append(inc)
-            todo.append((inc, depth + 1))
-    return found
-
-
-def config_programs(environ: dict[str, str] | None = None, includes: list[str] | None = None) -> list[str]:
-    """The programs the operator's git, ssh, npm and cargo configs run (engine.commands.configprograms),
-    outside the home (the home is read-only whole): kept read-only as the configs are (fresh round 10 a)."""
-    home = home_dir(environ)
-    includes = git_includes(environ) if includes is None else includes
-    cargo = [os.path.join(home, ".cargo", name) for name in ("config.toml", "config")]
-    found = configprograms.programs(
-        [*git_configs(environ), *includes], ssh_files(home), home, [os.path.join(home, ".npmrc")], cargo
-    )
-    found += configprograms.git_paths([*git_configs(environ), *includes], home, (str(state_dir()),))
-    return [p for p in dict.fromkeys(found) if not _inside(os.path.realpath(p), home)]
-
-
-def programs_known(environ: dict[str, str] | None = None) -> bool:
-    """Whether config_programs can answer without running git; only after includes_known (its walk)."""
-    return configprograms.git_known([*git_configs(environ), *git_includes(environ)])
-
-
-def walked_dirs(paths: list[str]) -> list[str]:
-    """For a path with `..` in it (`team/sub/../inc`), each directory the kernel walks before a `..`
-    (`team/sub`): realpath keeps the file where `..` lands lexically when the directory is missing, but
-    the kernel follows whatever is there by then, a link a run planted included. Kept as directories
-    (made empty when missing), they resolve as the file was kept (fresh round 8 r)."""
-    found: list[str] = []
-    for path in paths:
-        parts = path.split(os.sep)
-        for at, part in enumerate(parts):
-            if part == ".." and at > 1:
-                walked = os.path.abspath(os.sep.join(parts[:at]))
-                if walked != os.sep and walked not in found:
-                    found.append(walked)
-    return found
-
-
-def trusted_files(
-    state: str,
-    environ: dict[str, str] | None = None,
-    outside: Outside = NOTHING_OUTSIDE,
-    includes: list[str] | None = None,
-    dirs: list[str] | None = None,
-    programs: list[str] | None = None,
-) -> list[str]:
-    """What the gateway or a program it trusts reads, by the names it reads them (present or not): the
-    trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
-    names (pathPrepend dirs, rootfs, config files, known_hosts among them)."""
-    paths = [p for p, _always in trusted_configs(environ)]
-    paths += walked_dirs(paths)  # an ssh Include with `..` (round 9 y)
-    includes = git_includes(environ) if includes is None else includes
-    programs = config_programs(environ, includes) if programs is None else programs
-    paths += [*includes, *walked_dirs(includes), *programs, *walked_dirs(programs)]
-    home = home_dir(environ)
-    paths += [os.path.join(home, name) for name in RC_FILES]
-    paths += [
-        *(trusted_dirs(environ) if dirs is None else dirs),
-        # a missing ssh Include glob directory (trusted_dirs keeps the present ones): no root may hold it
-        *(d for d in ssh_dirs(home) if not os.path.lexists(d)),
-        *import_paths(),
-        state,
-        *outside.covered,
-        *outside.hidden,
-        *outside.readonly,
-        *outside.files,
-    ]
-    return list(dict.fromkeys(os.path.abspath(p) for p in paths))
-
-
-def protected(
-    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
-) -> list[str]:
-    """Every path the view keeps from the run's writes (resolved, present or not): trusted_files, every
-    link on the way to each, and the PATH's directories (a program found there runs in the gateway's
-    later commands). No writable root may hold one."""
-    env = os.environ if environ is None else environ
-    paths = trusted_files(state, environ, outside)
-    links: dict[str, bool] = {}
-    paths += [hop for p in list(paths) for hop in link_hops(p, links=links)]
-    paths += [p for p in env.get("PATH", "").split(":") if p.startswith("/")]
-    return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
-
-
-def writable_roots(
-    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
-) -> list[str]:
-    """The directories of the home bound back writable: the operator's `hostWritable` ones and nothing
-    else (never a directory the agent names: any directory of the home may hold what something reads).
-    Outside the home everything is writable as before but what is protected: nothing to bind there."""
-    try:
-        return _writable_roots(state, environ, outside)
-    except OSError as exc:  # a name mid-exchange (a link one moment, a directory the next)
-        raise HostViewError(
-            f"[tools.exec] hostWritable: {exc} changed while it was checked; refused"
-        ) from None
-
-
-def _writable_roots(state: str, environ: dict[str, str] | None, outside: Outside) -> list[str]:
-    home = home_dir(environ)
-    roots: list[str] = []
-    listed = [
-        os.path.realpath(os.path.expanduser(g)) for g in (*outside.writable, *outside.writable_anywhere)
-    ]
-    listed = [r for r in listed if _inside(r, home)]
-    for given in outside.writable:
-        named = os.path.abspath(os.path.expanduser(given))
-        # A name that leads through a link in a dir some agent may write is that agent's to point (round
-        # 8 r: a missing ~/work/cache made a link to ~/.bashrc.d, which the next view bound writable).
-        # A link outside the home in a directory commands may change (not `/`: a gateway that may write
-        # `/` gives its commands the system anyway) is one a run could have made as well.
-        planted = [
-            h
-            for h in link_hops(named)
-            if any(_inside(h, r) and h != r for r in listed)
-            or (not _inside(h, home) and os.path.dirname(h) != os.sep and _changeable(os.path.dirname(h)))
-        ]
-        if planted:
-            raise HostViewError(
-                f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]}, in a "
-                "directory host commands may write (one of them may have made it): name the directory itself"
-            )
-        root = otherroots.resolve(given)  # as every other agent's view resolves it to cover it
-        if not _inside(root, home) or not os.path.isdir(root):
-            continue  # outside the home it is writable already; a missing one has nothing to write
-        # A root holding a protected path, or inside one (a trusted dir is read whole: a root in ~/.ssh
-        # gives an `Include config.d/*` the agent's Match exec; a root in a pathPrepend dir, its programs).
-        holds = (
-            [home]
-            if root == home
-            else [
-                p
-                for p in protected(state, environ, outside)
-                if _inside(p, root) or (_inside(root, p) and os.path.isdir(p))
-            ]
-        )
-        # and none may be inside what is kept whole: a file made there is read as the rest is
-        holds += [d for d in _kept_whole(state, environ, outside) if _inside(root, d)]
-        # bwrap mounts a root at its path, found by name: a root below another agent's (not below one of
-        # this agent's: then it is not bound again) is in a directory whose names that agent's runs can
-        # exchange for a link while this view is made, and the mount would land where the link points
-        outer = [
-            r
-            for r in map(os.path.realpath, map(os.path.expanduser, outside.writable_anywhere))
-            if r != root and _inside(root, r)
-        ]
-        own = {os.path.realpath(os.path.expanduser(w)) for w in outside.writable}
-        if outer and not own.intersection(outer):
-            raise HostViewError(
-                f"[tools.exec] hostWritable names {given}, which is inside another agent's hostWritable "
-                f"{outer[0]}: that agent's runs can exchange it for a link while this agent's view is made; "
-                "give this agent the outer directory too, or keep the two apart"
-            )
-        if holds:
-            raise HostViewError(
-                f"[tools.exec] hostWritable names {given}, which holds or is inside {holds[0]} (the home "
-                "directory, or a file or directory the gateway or the operator's shells trust, or a link on "
-                "the way to one): name a directory that holds none and is inside none"
-            )
-        roots.append(root)
-    return roots
-
-
-def _kept_whole(state: str, environ: dict[str, str] | None, outside: Outside) -> list[str]:
-    """The directories kept whole (read-only or covered), resolved: a writable root may not be below one."""
-    dirs = [*trusted_dirs(environ), *import_paths(), state, *outside.readonly, *outside.covered]
-    return [os.path.realpath(d) for d in dirs if os.path.realpath(d) != os.sep]
-
-
-def workdir_note(state: str, outside: Outside) -> str | None:
-    """A warning for a run whose workdir is in the home but under no `hostWritable` dir (it writes
-    nothing in the home), naming what to change; None outside the home, under a listed dir, or for the
-    home itself (exec's default workdir, read-only as documented: no note on every run)."""
-    if outside.workdir is None or outside.chdir is not None:
-        return None  # none, or in the agent's own private copy (writable)
-    cwd = os.path.realpath(outside.workdir)
-    if not _inside(cwd, home_dir()) or cwd == home_dir():
-        return None
-    try:
-        if any(_inside(cwd, r) for r in writable_roots(state, None, outside)):
-            return None
-    except HostViewError:
-        return None  # refused at the spawn, with its own message
-    return (
-        f"The workdir {outside.workdir} is in the home but under no [tools.exec] hostWritable directory: "
-        "in the host view the home is read-only but for the hostWritable dirs, so this command writes "
-        'nothing in the home; add its project directory to hostWritable, or set hostView = "none"'
-    )
-
-
-def _changeable(directory: str) -> bool:
-    """Whether a host command could rename an entry of `directory`: the gateway's user may write it (a
-    root gateway: any), or group or others may (/tmp)."""
-    try:
-        st = os.stat(directory)
-    except OSError:
-        return False
-    return os.access(directory, os.W_OK) or bool(st.st_mode & 0o022)
-
-
 def _fixed_ancestors(paths: list[str], home: str) -> list[str]:
     """The directories above `paths` a host command could rename (their parent is changeable), outermost
     first: each is bound over itself, so it is a mountpoint in the view and no rename moves it (a
@@ -698,7 +133,7 @@ def _fixed_ancestors(paths: list[str], home: str) -> list[str]:
     for path in paths:
         here = os.path.dirname(path)
         while here != os.sep and here:
-            if os.path.isdir(here) and not _inside(here, home) and _changeable(os.path.dirname(here)):
+            if os.path.isdir(here) and not inside(here, home) and changeable(os.path.dirname(here)):
                 found.add(here)
             here = os.path.dirname(here)
     return sorted(found, key=lambda d: (d.count(os.sep), d))
@@ -713,7 +148,7 @@ def _made(path: str, *, directory: bool) -> None:
     if os.path.exists(path):
         return
     path = os.path.realpath(path)  # a dangling link's target: made where the link points
-    if os.path.lexists(path) or not _creatable(path):
+    if os.path.lexists(path) or not creatable(path):
         return
     with contextlib.suppress(FileExistsError):
         os.makedirs(path if directory else os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -731,9 +166,9 @@ def _hop_dirs(trusted: list[str], state: str, home: str) -> list[str]:
     for path in trusted:
         for hop in link_hops(path, links=links):
             parent = os.path.dirname(hop)
-            if parent == os.sep or _inside(parent, home) or _under(parent, state) or parent in found:
+            if parent == os.sep or inside(parent, home) or under(parent, state) or parent in found:
                 continue
-            if not _changeable(parent):
+            if not changeable(parent):
                 continue
             if os.stat(parent).st_mode & 0o002:
                 raise HostViewError(
@@ -757,7 +192,7 @@ def _dangling_rc_dirs(home: str) -> list[str]:
         here = os.path.dirname(os.path.realpath(path))
         while here != os.sep and not os.path.isdir(here):
             here = os.path.dirname(here)
-        if here != os.sep and not _inside(here, home) and not _shared(here) and here not in found:
+        if here != os.sep and not inside(here, home) and not shared(here) and here not in found:
             found.append(here)
     return found
 
@@ -791,22 +226,22 @@ def view_args(
     # the git includes' and the trusted configs' (an ssh `Include dir/sub/../x`: round 9 y)
     walked = walked_dirs([*includes, *programs, *(p for p, _always in configs)])
     for d in [*outside.readonly, *walked]:
-        if not _inside(os.path.realpath(d), home) and not _under(d, state):
+        if not inside(os.path.realpath(d), home) and not under(d, state):
             _made(d, directory=True)
     # An ssh Include glob's directory is read whole at every node connect, present or not: a missing one
     # outside the home is made now, empty, and kept read-only as a present one is (trusted_dirs), or a run
     # could make it and put a `Match exec` in it for the gateway (fresh round 10 a).
     for d in ssh_dirs(home):
-        if not _inside(os.path.realpath(d), home) and not _under(d, state) and not os.path.lexists(d):
+        if not inside(os.path.realpath(d), home) and not under(d, state) and not os.path.lexists(d):
             _made(d, directory=True)
     _make_import_paths(home, state)
     _make_path_dirs(home, state, environ)
     for path in files:
-        if not _inside(os.path.realpath(path), home) and not _under(path, state):
+        if not inside(os.path.realpath(path), home) and not under(path, state):
             _made(path, directory=False)
     # every other agent's hostWritable dirs, covered (engine.commands.otherroots)
     tdirs = trusted_dirs(environ)
-    others = _other_roots(state, environ, outside, tdirs, configs)
+    others = other_roots(state, environ, outside, tdirs, configs)
     if any(not os.path.lexists(r) for r in others):
         named = [os.path.abspath(os.path.expanduser(w)) for w in outside.writable_anywhere]
         otherroots.make_missing(roots, others, home, named)
@@ -815,50 +250,50 @@ def view_args(
     if home != os.sep and os.path.isdir(home) and not layered_home:
         args += ["--ro-bind", home, home]
     shadow, shadowed = dirshadow.shadow_ops(
-        _shadowed_dirs(home, state, roots, outside), {os.path.realpath(p) for p in outside.hidden}
+        shadowed_dirs(home, state, roots, outside), {os.path.realpath(p) for p in outside.hidden}
     )
     for root in roots:
-        if not any(other != root and _inside(root, other) for other in roots):
+        if not any(other != root and inside(root, other) for other in roots):
             # one below another is writable with it, and bound over it would be by a name the outer
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
     for d in [*tdirs, *outside.readonly, *hop_dirs, *walked]:
-        if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
+        if os.path.exists(d) and not under(d, state) and not inside(os.path.realpath(d), home):
             args += ["--ro-bind", os.path.realpath(d), d]
     args += ["--tmpfs", state]
     for root in outside.covered:
-        if not _under(root, state) and _cover_root(root):
+        if not under(root, state) and _cover_root(root):
             args += ["--tmpfs", os.path.realpath(root)]
     hidden_ops: list[str] = []  # after the covers: one of a directory above would show the file again
     for path in outside.hidden:
         if os.path.dirname(os.path.realpath(path)) in shadowed:
             continue  # absent from its directory's cover
         _refuse_uncoverable_key(path, home)
-        if os.path.exists(path) and not _under(path, state):
+        if os.path.exists(path) and not under(path, state):
             hidden_ops += ["--ro-bind", os.path.realpath(_empty_file(state)), path]
-    if _scratch_cargo(environ):
+    if scratch_cargo(environ):
         # for the view's cargo caches, where no config can be written; the host keeps an empty directory,
         # the mountpoint (made here: in the view the home is read-only by then)
-        cargo = _cargo_home(environ)
+        cargo = cargo_home(environ)
         os.makedirs(cargo, exist_ok=True)
         args += ["--tmpfs", cargo]
         for name in ("config.toml", "config"):
             args += ["--ro-bind", os.path.realpath(_empty_file(state)), os.path.join(cargo, name)]
     bound: list[str] = [home, state, *roots]
     for path, always in configs:
-        if always and not _inside(os.path.realpath(path), home):
+        if always and not inside(os.path.realpath(path), home):
             _made(path, directory=False)  # an XDG_CONFIG_HOME elsewhere: empty reads as no config
         if os.path.exists(path):
             real = os.path.realpath(path)
-            if not _inside(real, home):  # in the home: read-only with it
+            if not inside(real, home):  # in the home: read-only with it
                 # at its real name: bwrap resolves an absolute link in a destination outside the new
                 # root (it fails), and every name for the file is read-only with one bind
                 args += ["--ro-bind", real, real]
             bound += [os.path.realpath(path)]
     for path in files:
-        if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
+        if os.path.exists(path) and not under(path, state) and not inside(os.path.realpath(path), home):
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
     # The cgroup hierarchies read-only: the run joined its agent's pids group before the view (exechost-
@@ -901,90 +336,6 @@ def view_args(
     return ["--dev-bind", "/", "/", *DEV_OPS, *fix, *args]
 
 
-def _other_roots(
-    state: str,
-    environ: dict[str, str] | None,
-    outside: Outside,
-    tdirs: list[str] | None = None,
-    configs: list[tuple[str, bool]] | None = None,
-) -> list[str]:
-    """Every other agent's hostWritable dirs this view covers (engine.commands.otherroots): none under the
-    state dir, a covered root or the agent's private dirs; none outside the home holding what every run
-    needs (the state dir, the trusted, import and PATH dirs, the helper, the agent's private dirs)."""
-    env = os.environ if environ is None else environ
-
-    def needed() -> list[str]:
-        path_dirs = [p for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
-        helper = hostkeeper.helper_path()
-        return [
-            state,
-            *(trusted_dirs(environ) if tdirs is None else tdirs),
-            *import_paths(),
-            *path_dirs,
-            *([helper] if helper is not None else []),
-            *(p for p, _always in (trusted_configs(environ) if configs is None else configs)),
-            *outside.readonly,
-            *outside.files,
-            *(dest for _source, dest in outside.private),
-        ]
-
-    skip = [state, *outside.covered, *(dest for _source, dest in outside.private)]
-    return otherroots.others(outside.writable, outside.writable_anywhere, home_dir(environ), skip, needed)
-
-
-def home_private(
-    state: str,
-    environ: dict[str, str] | None,
-    outside: Outside,
-    roots: list[str],
-    includes: list[str],
-) -> homeprivate.Found:
-    """What the view hides of the home as private to the operator (engine.commands.homeprivate), with
-    what it keeps readable on purpose: git's configs and their includes (the operator's own git in a
-    host run reads its identity, url rewrites and hooks path as the gateway's vetting does), ssh's config,
-    its includes and known_hosts (no key), the PATH and import dirs (their programs run), the ssh
-    Include glob dirs, the hostWritable dirs (the operator's grant) and the pathPrepend dirs; the state
-    dir and the covered sandbox roots are covered already."""
-    home = home_dir(environ)
-    if home == os.sep or not os.path.isdir(home):
-        return homeprivate.Found()
-    env = os.environ if environ is None else environ
-    files = [*git_configs(environ), *includes, *ssh_configs(home)]
-    path_dirs = [p for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
-    dirs = [*import_paths(), *path_dirs, *ssh_dirs(home), *roots, *outside.readonly]
-    if _scratch_cargo(environ):
-        dirs.append(_cargo_home(environ))  # the view's scratch ~/.cargo, made over it
-    never = [home, state, *outside.covered]
-    return homeprivate.find(
-        home,
-        [os.path.realpath(p) for p in files],
-        [os.path.realpath(p) for p in dirs],
-        tuple(os.path.realpath(p) for p in never),
-    )
-
-
-def _shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> list[str]:
-    """The directories shown as a read-only copy of their entries (engine.commands.dirshadow): each one
-    holding a hidden file (a node's key: a rename in it then changes nothing in a running view) or socket,
-    and ~/.ssh (a ControlMaster socket there is the node's account). Not the home, `/` or a shared
-    directory, none holding the home, the state dir or a writable root and none inside a writable root: a
-    hidden file there keeps its own bind."""
-    found = [os.path.dirname(os.path.realpath(p)) for p in outside.hidden if os.path.lexists(p)]
-    ssh = os.path.realpath(os.path.join(home, ".ssh"))
-    if os.path.isdir(ssh):
-        found.append(ssh)
-    keep: list[str] = []
-    for d in dict.fromkeys(found):
-        if d in (home, os.sep) or not os.path.isdir(d) or _shared(d) or _under(d, state):
-            continue
-        if _inside(home, d) or _inside(os.path.realpath(state), d):
-            continue
-        if any(_inside(r, d) or _inside(d, r) for r in roots):
-            continue
-        keep.append(d)
-    return keep
-
-
 def _refuse_uncoverable_key(path: str, home: str) -> None:
     """A key file directly in the home, in `/` or in a directory holding the home can only have a bind of
     its own, attached to its dentry: rotated by a rename or rm + write, the new key shows in every running
@@ -994,7 +345,7 @@ def _refuse_uncoverable_key(path: str, home: str) -> None:
     if not os.path.isfile(real):
         return  # a socket (an agent's) or a missing key: nothing to read
     where, home = os.path.dirname(real), os.path.realpath(home)
-    if where in (home, os.sep) or _inside(home, where):
+    if where in (home, os.sep) or inside(home, where):
         raise HostViewError(
             f"{path}: a node's login key directly in {where} cannot be hidden from host commands for good "
             "(a key rotated there by rename would show in every running view): move it into a directory of "
@@ -1007,12 +358,12 @@ def _make_import_paths(home: str, state: str) -> None:
     gone) made empty now, outside the home and below no present one (the home is read-only whole), so
     it is bound read-only like the rest: no run can make it and put code there for the next gateway."""
     paths = import_paths()
-    missing = [p for p in paths if not os.path.lexists(p) and not _inside(p, home)]
+    missing = [p for p in paths if not os.path.lexists(p) and not inside(p, home)]
     if not missing:
         return  # the common case: one lstat each
     present = [p for p in paths if os.path.exists(p)]
     for path in missing:
-        if not _under(path, state) and not any(_inside(path, p) for p in present):
+        if not under(path, state) and not any(inside(path, p) for p in present):
             _made(path, directory=True)
 
 
@@ -1024,7 +375,7 @@ def _make_path_dirs(home: str, state: str, environ: dict[str, str] | None) -> No
     for path in env.get("PATH", "").split(os.pathsep):
         # a missing one, or a dangling link: its target
         missing = path.startswith(os.sep) and not os.path.exists(path)
-        if missing and not _inside(os.path.realpath(path), home) and not _under(path, state):
+        if missing and not inside(os.path.realpath(path), home) and not under(path, state):
             _made(path, directory=True)
 
 
@@ -1096,7 +447,7 @@ def _cover_root(root: str) -> bool:
     nor plant a link there first. Never the whole filesystem."""
     if os.path.realpath(root) == os.sep:
         return False
-    if not os.path.lexists(root) and _creatable(root):
+    if not os.path.lexists(root) and creatable(root):
         os.makedirs(root, mode=0o700, exist_ok=True)
     return os.path.isdir(root)
 
@@ -1193,9 +544,9 @@ def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) ->
     private = [dest for _source, dest in outside.private]
     writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
     # another agent's root is covered in the view: no layer of its own (a mount the host has there)
-    others = _other_roots(state, None, outside)
+    others = other_roots(state, None, outside)
     found = homelayer.layers(home, [state, *outside.covered, *private, *others], writable)
-    if not kept and any(_inside(home, os.path.realpath(d)) for d in private):
+    if not kept and any(inside(home, os.path.realpath(d)) for d in private):
         found = [d for d in found if d != home]
     return found
 
@@ -1204,7 +555,7 @@ def head(bwrap: str, net: list[str] | None = None, layers: list[str] | None = No
     """The words before bwrap's operations: bwrap itself ignores the terminal's signals, and starts (with
     the helper) in a mount namespace whose /dev/pts is a devpts of its own, and where each layer of
     `layers` (own_view_by_fd's words) is an overlay made for the run, which its view copies: the run
-    reaches no terminal but its own, and no socket in those directories (engine/commands/hostenter.c,
+    reaches no terminal but its own, and no socket in those directories (engine/commands/hostenter/layers.c,
     own-pts); in its agent's network namespace first when `net` (net_prefix) says so."""
     helper = hostkeeper.helper_path()
     own_pts = [helper, "own-pts", hostkeeper.NO_PTY, *(layers or ()), "--"] if helper is not None else []
@@ -1256,35 +607,3 @@ def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
     if is_wrapped(args) and code - 128 in _REPORTED:
         return None, signal.Signals(code - 128).name
     return code, None
-
-
-def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OUTSIDE) -> None:
-    """A cwd inside the state dir, or a covered sandbox workspace root, would not exist in the view:
-    refused rather than run elsewhere. A cwd that cannot be resolved now (a link being exchanged under it)
-    is refused too: a clear refusal, never an exception out of the handler."""
-    if not cwd:
-        return
-    try:
-        _refuse_hidden_cwd(cwd, state, outside)
-    except OSError as exc:
-        raise HostViewError(f"{cwd} cannot be resolved now ({exc.strerror or exc}); nothing ran") from None
-
-
-def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
-    if outside.chdir is not None:
-        return  # the agent's own private copy (engine.commands.hostprivate), run at the path it names
-    if _under(cwd, state):
-        raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
-    for root in outside.covered:
-        if os.path.realpath(root) != os.sep and _under(cwd, root):
-            raise HostViewError(
-                f"{cwd} is inside {root} (a sandbox workspace root, or the Docker engine's client keys), "
-                "which gateway-host commands cannot see"
-            )
-    own = [otherroots.resolve(w) for w in outside.writable]
-    hidden = otherroots.hidden_at(os.path.realpath(cwd), own, _other_roots(state, None, outside))
-    if hidden is not None:
-        raise HostViewError(
-            f"{cwd} is inside {hidden}, another agent's [tools.exec] hostWritable dir, which this agent's "
-            "host commands cannot see"
-        )

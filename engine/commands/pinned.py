@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import homeprivate, hostkeeper, hostprivate, hostview, otherroots, submake
+from engine.commands import homeprivate, hostkeeper, hostoutside, hostprivate, hostview, otherroots, submake
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -115,7 +115,7 @@ def view_for(
     anchor: str | None = None,
     *,
     host: bool = False,
-    outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
+    outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE,
 ) -> PinnedView:
     """The view a decided run starts in: `tree` vetted again keeping its bytes (refused as StaleContent
     when they are not what was decided on), plus the verified scripts that re-read themselves. `anchor`:
@@ -410,7 +410,9 @@ class _Builder:
         self.args += [*args, "--perms", perms, "--ro-bind-data", str(fd), mirror.path]
         self.args += ["--remount-ro", mirror.base]
 
-    def build(self, host: bool = False, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> PinnedView:
+    def build(
+        self, host: bool = False, outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE
+    ) -> PinnedView:
         pins = bool(self.args or self.env)
         if not pins and not host:
             return PinnedView()
@@ -418,7 +420,7 @@ class _Builder:
         if bwrap is None:  # (pinned_view closes the copies' fds: closed here too, a number another
             # thread had opened meanwhile was closed under it, and that run's bwrap missed its fd)
             if host:
-                raise hostview.HostViewError(hostview.INSTALL_HINT)
+                raise hostoutside.HostViewError(hostview.INSTALL_HINT)
             raise PinError("bubblewrap (bwrap) is needed to run host tools over the vetted files; install it")
         if not pins:  # the host view alone: entered, kept (engine.commands.hostkeeper), when it can be
             kept = hostview.kept_prefix(str(state_dir()), bwrap, outside=outside)
@@ -447,13 +449,13 @@ class _Builder:
             self.args = homeprivate.unhidden(self.args, otherroots.hides)
             hidden = [src for src in self.sources if homeprivate.hides(src)]
             if hidden:  # its copy is the file itself, at another path: refused, not run empty
-                raise hostview.HostViewError(
+                raise hostoutside.HostViewError(
                     f"{hidden[0]} is private to the operator (no permission for other accounts), which host "
                     "runs do not read; nothing ran"
                 )
             theirs = [src for src in self.sources if otherroots.hides(src)]
             if theirs:
-                raise hostview.HostViewError(
+                raise hostoutside.HostViewError(
                     f"{theirs[0]} is in another agent's [tools.exec] hostWritable dir, which this agent's "
                     "host runs do not read; nothing ran"
                 )
@@ -529,7 +531,7 @@ def pinned_view(
     files: Iterable[tuple[str, bytes]] = (),
     *,
     host: bool = False,
-    outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
+    outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE,
     mirrors: Iterable[Mirror] = (),
     programs: Iterable[tuple[str, str, bytes]] = (),
 ) -> PinnedView:
@@ -565,7 +567,7 @@ def pinned_view(
         raise
 
 
-def kept_host_view(outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> PinnedView | None:
+def kept_host_view(outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE) -> PinnedView | None:
     """The host view alone, when its keeper is ready (no blocking: the event loop may call this); None
     when it must be made first (pinned_view(None, host=True), in a thread) or bwrap is missing."""
     bwrap = bwrap_path()

@@ -30,7 +30,7 @@ from engine.commands.boundfiles import ContentBinding
 from engine.commands.content import bind
 from engine.commands.expansion import Expansion, expand
 from engine.commands.hostenv import foreign_env_keys, host_path, own_environ
-from engine.commands.hostview import NOTHING_OUTSIDE, Outside
+from engine.commands.hostoutside import NOTHING_OUTSIDE, Outside
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet, unbound_findings
 from engine.config.model import Config
 from engine.errors import InvalidInput

@@ -230,11 +230,11 @@ def plan(
 def _own_view(bwrap: str, view: list[str], userns: int | None = None) -> list[str]:
     """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new.
 
-    Its /dev/pts is the devpts instance exechost-hostenter's `own-pts` makes (at most RUN_PTYS terminals,
-    engine/commands/hostenter.c) in the mount namespace bwrap starts in: bwrap's own `--dev` devpts has no
-    max=, and every instance but the host's takes from one count, kernel.pty.max less kernel.pty.reserve,
-    so one sandbox opened every terminal the host had for them (fresh round 10 b). Without the helper
-    bwrap's own stays (docs/SECURITY.md)."""
+    Its /dev/pts is the devpts instance exechost-hostenter's `own-pts` makes (at most RUN_PTYS
+    terminals, engine/commands/hostenter/layers.c) in the mount namespace bwrap starts in: bwrap's own
+    `--dev` devpts has no max=, and every instance but the host's takes from one count, kernel.pty.max
+    less kernel.pty.reserve, so one sandbox opened every terminal the host had for them (fresh round 10
+    b). Without the helper bwrap's own stays (docs/SECURITY.md)."""
     helper = hostkeeper.helper_path()
     own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
     pts = ["--dev-bind", "/dev/pts", "/dev/pts"] if helper is not None else []

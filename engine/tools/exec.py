@@ -22,7 +22,8 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import host_path, sanitize_host_env
-from engine.commands.hostview import NOTHING_OUTSIDE, HostViewError, refuse_hidden_cwd, workdir_note
+from engine.commands.hostoutside import NOTHING_OUTSIDE, HostViewError
+from engine.commands.hostroots import refuse_hidden_cwd, workdir_note
 from engine.commands.pinned import (
     PinnedView,
     in_checked_cwd,

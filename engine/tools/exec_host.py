@@ -20,7 +20,9 @@ from engine.approvals.store import ApprovalsStore
 from engine.commands import hostkeeper, hostnet, hostprivate
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.hostview import HostViewError, Outside, joined, refuse_hidden_cwd
+from engine.commands.hostoutside import HostViewError, Outside
+from engine.commands.hostroots import refuse_hidden_cwd
+from engine.commands.hostview import joined
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify

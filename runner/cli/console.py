@@ -51,7 +51,7 @@ def cmd_console(args: argparse.Namespace) -> int:
         raise SystemExit("exechost console --demo: --state-dir and --config are not used by the demo")
     if args.demo and os.environ.get("HOME"):
         # The demo's agents are its own scripted ones: its gateway protects whatever $HOME is (a `sudo` that
-        # kept the caller's), never refusing to start (engine.commands.hostview.home_refused).
+        # kept the caller's), never refusing to start (engine.commands.hostoutside.home_refused).
         os.environ["EXECHOST_HOST_HOME"] = os.environ["HOME"]
     state = Path(args.state_dir).expanduser().resolve() if args.state_dir else None
     if state is not None:  # every engine module finds its files through this variable

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import fairpool, principals, statefs, unixsock
-from engine.commands import hostview
+from engine.commands import hostoutside
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
@@ -56,7 +56,7 @@ class GatewayBusy(Exception):
 
 
 class HostHomeError(Exception):
-    """$HOME is not the home host views would protect (engine.commands.hostview.home_refused)."""
+    """$HOME is not the home host views would protect (engine.commands.hostoutside.home_refused)."""
 
 
 class GatewayServer:
@@ -133,7 +133,7 @@ class GatewayServer:
         os.unlink(path)
 
     async def start(self) -> None:
-        refused = hostview.home_refused()
+        refused = hostoutside.home_refused()
         if refused is not None:
             raise HostHomeError(refused)
         statefs.ensure_private_dir(self.state_dir)

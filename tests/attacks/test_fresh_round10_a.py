@@ -443,12 +443,12 @@ async def test_class4_an_ssh_include_glob_dir_made_by_a_host_run_runs_in_the_gat
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
     """Round 9 y: an Include glob's directory is read whole, so it is kept read-only whole
-    (hostview.ssh_dirs). Only when present: `Include /srv/ops/ssh/*.conf` written before the team made
+    (hosttrust.ssh_dirs). Only when present: `Include /srv/ops/ssh/*.conf` written before the team made
     that directory (or after it was removed) leaves the path to whoever makes it first, and outside the
     home a host run may make it. asyncssh reads ~/.ssh/config at every node connect, in the gateway, and
     runs `Match exec` with a shell there. Fixed on this branch: a missing glob directory outside the home
     is made empty and kept read-only like a present one (hostview.view_args), and no hostWritable root may
-    hold one (hostview.trusted_files)."""
+    hold one (hosttrust.trusted_files)."""
     home = Path(os.environ["HOME"])
     ops = state_dir.parent / "ops"  # /srv/ops: the team's, the gateway's user may write it; ssh/ not made yet
     ops.mkdir()
@@ -767,8 +767,8 @@ async def test_a_script_operand_linked_into_the_state_dir_is_not_sealed_into_the
 async def test_an_abstract_datagram_socket_outside_the_run_takes_no_datagram(
     state_dir: Path, network: str
 ) -> None:
-    """The landlock scope (hostenter.c, ABI 6) is tested for stream connects; a datagram sendto(2) to an
-    abstract address made outside the run is the other way in, and is refused too (EPERM). In the
+    """The landlock scope (hostenter/confine.c, ABI 6) is tested for stream connects; a datagram sendto(2)
+    to an abstract address made outside the run is the other way in, and is refused too (EPERM). In the
     host's network (hostNetwork = "host") the scope alone refuses it; in the agent's own (the default) the
     abstract name is not even there (abstract names are per network namespace): refused either way."""
     name = f"\0a10-operator-{os.getpid()}"

@@ -151,7 +151,7 @@ def test_class1_the_accounts_own_home_is_open_when_home_names_another_dir(state_
     dir, bound over that account's home in a private mount namespace, holds its ~/.bashrc and a gh token
     (0600, in 0700 dirs).
 
-    Closed (session 10): such a gateway refuses to start (engine.commands.hostview.home_refused), unless
+    Closed (session 10): such a gateway refuses to start (engine.commands.hostoutside.home_refused), unless
     the operator named $HOME in EXECHOST_HOST_HOME (this suite does: tests/conftest.py; unset here, as a
     client that chose another HOME has it): no host run is made around the wrong home."""
     assert OTHER is not None
@@ -241,7 +241,7 @@ async def test_class1_a_host_run_listens_on_the_machines_vsock(state_dir: Path) 
     the egress proxy that `hostNetwork = "own"` makes the only way out. The construction that would close
     it: a list of the socket families a host run may make (unix, inet, inet6, netlink), refused by the
     seccomp filter exechost-hostenter installs anyway, as Docker's default profile refuses AF_VSOCK.
-    Closed so (session 10): `refuse_beyond_namespaces` in engine/commands/hostenter.c."""
+    Closed so (session 10): `refuse_beyond_namespaces` in engine/commands/hostenter/confine.c."""
     from tests.helpers.gateway import FULL, connect, gateway, write_config
 
     write_config(state_dir, FULL)

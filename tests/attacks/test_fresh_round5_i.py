@@ -105,7 +105,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# Closed: the host view makes ~/.ssh and the gateway's install read-only (hostview.trusted_dirs).
+# Closed: the host view makes ~/.ssh and the gateway's install read-only (hosttrust.trusted_dirs).
 async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -311,7 +311,7 @@ async def test_class1_a_host_command_reaches_the_docker_api_from_the_host_view(
     assert details["aggregated"].strip() != "OK", "a host command spoke to the Docker engine"
 
 
-# Closed: the host view makes ~/.ssh and the gateway's install read-only (hostview.trusted_dirs).
+# Closed: the host view makes ~/.ssh and the gateway's install read-only (hosttrust.trusted_dirs).
 async def test_class1_the_gateways_own_code_is_writable_from_the_host_view(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -361,7 +361,7 @@ def test_class4_rg_hostname_bin_is_a_program_running_option() -> None:
 # Was open: every agent's host commands shared the gateway's uid and the host's /dev/pts, and /dev/pts is
 # no /proc or /dev/fd word: an allowlisted `echo … | tee /dev/pts/N` of agent main wrote into agent ops's
 # PTY session, forging its output (and a reader there takes its keystrokes). Closed: every run has a
-# /dev/pts of its own, and a PTY session's terminal is made in it (engine/commands/hostenter.c).
+# /dev/pts of its own, and a PTY session's terminal is made in it (engine/commands/hostenter/layers.c).
 async def test_class2_an_allowlisted_tee_writes_into_another_agents_pty_session(
     state_dir: Path, tmp_path: Path
 ) -> None:

@@ -316,10 +316,10 @@ async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path
 
 
 # Class 4, startup files the operator runs: the host view binds the rc files present read-only
-# (hostview.trusted_configs: .bashrc, .bash_profile, .bash_login, .profile, .zshrc, .zshenv, .zprofile) so
+# (hosttrust.trusted_configs: .bashrc, .bash_profile, .bash_login, .profile, .zshrc, .zshenv, .zprofile) so
 # that no command changes what the operator's shells run. ~/.bash_logout (in Debian's /etc/skel, run when
 # a login shell exits), ~/.zlogin and ~/.zlogout are run the same way and were not on the list: an
-# allowlisted writer appended to the operator's own ~/.bash_logout. Fixed: hostview.RC_FILES holds them.
+# allowlisted writer appended to the operator's own ~/.bash_logout. Fixed: hosttrust.RC_FILES holds them.
 
 
 async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(

@@ -91,7 +91,7 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_the_global_hooks_path_outside_the_home_is_not_writable(short: Path) -> None:
-    """Closed on branch view28 (hostview.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
+    """Closed on branch view28 (hosttrust.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
     home = Path(os.environ["HOME"])
     hooks = short / "team" / "githooks"  # a shared hooks dir outside the home (a team's, a dotfiles tool's)
     hooks.mkdir(parents=True)
@@ -119,7 +119,7 @@ async def test_the_global_hooks_path_outside_the_home_is_not_writable(short: Pat
 async def test_a_file_the_ssh_config_includes_is_not_writable(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
-    """Closed on branch view28 (hostview.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
+    """Closed on branch view28 (hosttrust.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
     home = Path(os.environ["HOME"])
     team = state_dir.parent / "team"
     team.mkdir()
@@ -192,7 +192,7 @@ async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
 async def test_the_gateways_path_dir_outside_the_home_is_not_writable(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Closed on branch view28 (hostview.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
+    """Closed on branch view28 (hosttrust.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
     tools = short / "linuxbrew" / "bin"  # the operator's, outside the home, on the PATH it starts from
     tools.mkdir(parents=True)
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
@@ -287,7 +287,7 @@ async def test_the_operators_tmux_server_runs_nothing_for_a_host_run(short: Path
 async def test_the_gateways_import_path_outside_the_home_is_not_writable(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Closed on branch view28 (hostview.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
+    """Closed on branch view28 (hosttrust.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
     lib = short / "opt-lib"  # e.g. PYTHONPATH=/opt/team/lib (a `module load`), owned by the operator
     lib.mkdir()
     monkeypatch.setenv("PYTHONPATH", str(lib))
@@ -391,7 +391,7 @@ async def test_an_include_with_dotdot_after_a_missing_dir_is_read_where_kept(sho
 async def test_the_ssh_config_linked_out_of_dot_ssh_is_not_writable(
     sshd_nodes: list[SshdNode], state_dir: Path, where: str
 ) -> None:
-    """Closed on branch view28 (hostview.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
+    """Closed on branch view28 (hosttrust.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
     home = Path(os.environ["HOME"])
     base = state_dir.parent if where == "outside" else home / "src"
     dotfiles = base / "dotfiles"
@@ -421,7 +421,7 @@ async def test_the_ssh_config_linked_out_of_dot_ssh_is_not_writable(
 async def test_an_xdg_config_home_outside_the_home_is_kept_whole(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Closed on branch view28 (hostview.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
+    """Closed on branch view28 (hosttrust.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
     xdg = short / "xdg"  # XDG_CONFIG_HOME=/data/op/.config: the home on a small disk, configs elsewhere
     xdg.mkdir()
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
@@ -570,7 +570,8 @@ async def test_a_node_key_named_through_a_link_cannot_be_unhidden_by_repointing_
 async def test_the_global_git_config_named_by_git_config_global_is_kept(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Closed on branch view28: GIT_CONFIG_GLOBAL/GIT_CONFIG_SYSTEM are git configs (hostview.git_configs)."""
+    """Closed on branch view28: GIT_CONFIG_GLOBAL/GIT_CONFIG_SYSTEM are git configs
+    (hosttrust.git_configs)."""
     glob = short / "identities" / "work.gitconfig"  # GIT_CONFIG_GLOBAL=/data/op/work.gitconfig
     glob.parent.mkdir()
     glob.write_text("[user]\n\tname = op\n")
@@ -583,7 +584,7 @@ async def test_the_global_git_config_named_by_git_config_global_is_kept(
 
 
 async def test_the_default_known_hosts_linked_out_of_dot_ssh_is_not_writable(short: Path) -> None:
-    """Closed on branch view28 (hostview.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
+    """Closed on branch view28 (hosttrust.trusted_dirs / trusted_configs; docs/SECURITY.md, round 8 r)."""
     home = Path(os.environ["HOME"])
     dotfiles = short / "dotfiles"
     dotfiles.mkdir()

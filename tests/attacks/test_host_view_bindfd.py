@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostkeeper, hostview
+from engine.commands import hostkeeper, hostoutside, hostview
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -60,13 +60,13 @@ def racer(proj: Path) -> Iterator[threading.Thread]:
         _exchange(proj / "sub", proj / "lnk")
 
 
-def _write_in_view(outside: hostview.Outside, target: Path) -> str:
+def _write_in_view(outside: hostoutside.Outside, target: Path) -> str:
     """A run in a view of its own (no keeper: every try makes the view again) writing `target`."""
     bwrap = hostview.bwrap_path()
     assert bwrap is not None
     try:
         ops, fds = hostview.view_by_fd(os.environ["OPENCLAW_STATE_DIR"], outside=outside)
-    except hostview.HostViewError as exc:
+    except hostoutside.HostViewError as exc:
         return f"refused: {exc}"
     try:
         done = subprocess.run(
@@ -88,7 +88,7 @@ def test_a_writable_root_exchanged_for_a_link_after_its_check_is_refused(
 ) -> None:
     """Deterministic: the racer wins right after the check (the view's operations are made). The source
     is opened as it was resolved, with no link followed: the link is refused, nothing is bound there."""
-    outside = hostview.Outside(writable=(str(proj / "sub"),))
+    outside = hostoutside.Outside(writable=(str(proj / "sub"),))
     made = hostview.view_args
 
     def raced(*args: object, **kwargs: object) -> list[str]:
@@ -97,13 +97,13 @@ def test_a_writable_root_exchanged_for_a_link_after_its_check_is_refused(
         return ops
 
     monkeypatch.setattr(hostview, "view_args", raced)
-    with pytest.raises(hostview.HostViewError, match="exchanged for a link"):
+    with pytest.raises(hostoutside.HostViewError, match="exchanged for a link"):
         hostview.view_by_fd(str(state_dir), outside=outside)
     _exchange(proj / "sub", proj / "lnk")
     # The kept view too: its keeper is not made (its source is a link by then), and the run's own view
     # is refused (its check sees the link: the root holds the home's config).
     hostkeeper.stop()
-    with pytest.raises(hostview.HostViewError, match=r"exchanged for a link|hostWritable names"):
+    with pytest.raises(hostoutside.HostViewError, match=r"exchanged for a link|hostWritable names"):
         pinned_view(None, host=True, outside=outside).close()
     assert not (Path.home() / ".config" / "git" / "config").exists()
 
@@ -112,10 +112,12 @@ def test_a_host_writable_root_inside_another_agents_is_refused(state_dir: Path, 
     """bwrap finds a bind's place by name: a root in a directory another agent's runs may write (its own
     hostWritable holds it) could be exchanged for a link while this view is made, and the mount would land
     where the link points. Refused, naming both; the same root under one of this agent's is not bound."""
-    inner = hostview.Outside(writable=(str(proj / "sub"),), writable_anywhere=(str(proj), str(proj / "sub")))
-    with pytest.raises(hostview.HostViewError, match="inside another agent's hostWritable"):
+    inner = hostoutside.Outside(
+        writable=(str(proj / "sub"),), writable_anywhere=(str(proj), str(proj / "sub"))
+    )
+    with pytest.raises(hostoutside.HostViewError, match="inside another agent's hostWritable"):
         hostview.view_args(str(state_dir), outside=inner)
-    both = hostview.Outside(writable=(str(proj), str(proj / "sub")), writable_anywhere=(str(proj),))
+    both = hostoutside.Outside(writable=(str(proj), str(proj / "sub")), writable_anywhere=(str(proj),))
     assert str(proj / "sub") not in hostview.view_args(str(state_dir), outside=both)
 
 
@@ -188,7 +190,7 @@ def test_a_host_writable_root_nested_in_another_exchanged_in_a_loop_binds_nothin
 ) -> None:
     """hostWritable ~/proj and ~/proj/sub, the inner one exchanged in a loop (a run in ~/proj can): the
     inner root is writable with the outer one and not bound again, so there is no bind to race."""
-    outside = hostview.Outside(writable=(str(proj), str(proj / "sub")))
+    outside = hostoutside.Outside(writable=(str(proj), str(proj / "sub")))
     ops = hostview.view_args(str(state_dir), outside=outside)
     assert str(proj / "sub") not in ops and str(proj) in ops
     racer.start()
@@ -232,13 +234,13 @@ def test_a_host_writable_name_through_a_link_in_a_listed_dir_is_refused(state_di
     rcd = home / ".bashrc.d"
     rcd.mkdir()
     (home / "work" / "cache").symlink_to(rcd)
-    both = hostview.Outside(writable=(str(home / "work"), str(home / "work" / "cache")))
-    with pytest.raises(hostview.HostViewError, match="reached through the link"):
+    both = hostoutside.Outside(writable=(str(home / "work"), str(home / "work" / "cache")))
+    with pytest.raises(hostoutside.HostViewError, match="reached through the link"):
         hostview.view_args(str(state_dir), outside=both)
-    other = hostview.Outside(
+    other = hostoutside.Outside(
         writable=(str(home / "work" / "cache"),), writable_anywhere=(str(home / "work"),)
     )
-    with pytest.raises(hostview.HostViewError, match="reached through the link"):
+    with pytest.raises(hostoutside.HostViewError, match="reached through the link"):
         hostview.view_args(str(state_dir), outside=other)
 
 
@@ -251,5 +253,5 @@ def test_a_host_writable_name_through_a_link_outside_the_home_a_run_may_change_i
     (home / "work").mkdir()
     shortcut = tmp_path / "work"
     shortcut.symlink_to(home / "work")
-    with pytest.raises(hostview.HostViewError, match="reached through the link"):
-        hostview.view_args(str(state_dir), outside=hostview.Outside(writable=(str(shortcut),)))
+    with pytest.raises(hostoutside.HostViewError, match="reached through the link"):
+        hostview.view_args(str(state_dir), outside=hostoutside.Outside(writable=(str(shortcut),)))

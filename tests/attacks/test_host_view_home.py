@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hostoutside, hostroots, hostview
 from engine.commands.pinned import pinned_view
 from engine.config.loader import ConfigError, load_config
 from tests.helpers.bwrap import needs_bwrap
 
 
-def _run(script: str, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> str:
+def _run(script: str, outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE) -> str:
     view = pinned_view(None, host=True, outside=outside)
     try:
         argv = view.wrap(["/bin/sh", "-c", script])
@@ -53,7 +53,7 @@ def test_nothing_in_the_home_is_writable_but_host_writable(state_dir: Path) -> N
     targets = [site / "zz.pth", home / ".bashrc", home / "bin" / "ssh", home / ".gitconfig.local"]
     targets += [home / "node_modules" / "x" / "index.js", home / "other" / "f"]
     script = "; ".join(f"mkdir -p {t.parent}; echo x > {t}" for t in targets)
-    outside = hostview.Outside(writable=(str(home / "proj"),), workdir=str(home / "other"))
+    outside = hostoutside.Outside(writable=(str(home / "proj"),), workdir=str(home / "other"))
     out = _run(f"{script}; echo y > {home}/proj/f && echo proj-ok", outside)
     assert "proj-ok" in out, out
     assert not any(t.exists() for t in targets)
@@ -73,7 +73,7 @@ def test_a_config_outside_the_home_cannot_be_written_or_its_directory_renamed(
     out = _run(
         f"echo x >> {config}; mv {conf_dir} {tmp_path}/o2; mv {tmp_path} {tmp_path}.2; "
         f"mkdir -p {conf_dir}; echo forged > {config}; echo end",
-        hostview.Outside(files=(str(config),)),
+        hostoutside.Outside(files=(str(config),)),
     )
     assert "end" in out
     assert config.read_text() == "# the operator's\n"
@@ -95,28 +95,28 @@ def test_a_workdir_the_agent_names_in_the_home_is_not_writable(
     monkeypatch.setenv("PATH", f"{home}/tools/bin:/usr/bin:/bin")
     named = {"dot": home / ".local" / "x", "holds-path-entry": home / "tools", "project": home / "proj"}
     workdir = named.get(where, home)
-    outside = hostview.Outside(workdir=str(workdir))
+    outside = hostoutside.Outside(workdir=str(workdir))
     ops = hostview.view_args(str(state_dir), outside=outside)
     assert not [i for i, op in enumerate(ops) if op == "--bind" and ops[i + 1] == str(workdir)], ops
     _run(f"echo x > {workdir}/planted", outside)
     assert not (workdir / "planted").exists()
-    note = hostview.workdir_note(str(state_dir), outside)
+    note = hostroots.workdir_note(str(state_dir), outside)
     if where == "home":  # exec's default workdir: read-only as documented, no note on every run
         assert note is None
     else:
         assert note is not None and "hostWritable" in note, note
-    listed = hostview.Outside(workdir=str(home / "proj" / "sub"), writable=(str(home / "proj"),))
-    assert hostview.workdir_note(str(state_dir), listed) is None
+    listed = hostoutside.Outside(workdir=str(home / "proj" / "sub"), writable=(str(home / "proj"),))
+    assert hostroots.workdir_note(str(state_dir), listed) is None
 
 
 def test_host_writable_dirs_are_bound_writable_and_checked(state_dir: Path) -> None:
     home = Path.home()
     (home / ".cache").mkdir()
-    ops = hostview.view_args(str(state_dir), outside=hostview.Outside(writable=("~/.cache",)))
+    ops = hostview.view_args(str(state_dir), outside=hostoutside.Outside(writable=("~/.cache",)))
     assert ["--bind", str(home / ".cache"), str(home / ".cache")] == ops[ops.index(str(home)) + 2 :][:3]
     (home / ".config" / "git").mkdir(parents=True)
-    with pytest.raises(hostview.HostViewError, match=r"hostWritable names ~/\.config"):
-        hostview.view_args(str(state_dir), outside=hostview.Outside(writable=("~/.config",)))
+    with pytest.raises(hostoutside.HostViewError, match=r"hostWritable names ~/\.config"):
+        hostview.view_args(str(state_dir), outside=hostoutside.Outside(writable=("~/.config",)))
 
 
 @pytest.mark.parametrize("value", ['["~"]', '["rel/dir"]', '["~/a/../.."]', '"~/x"', '["/"]'])

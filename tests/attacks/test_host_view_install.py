@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hostoutside, hostroots, hosttrust, hostview
 from engine.commands.pinned import pinned_view
 from tests.attacks.harness import attempt
 from tests.helpers.bwrap import needs_bwrap
 
 
-def _run(script: str, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> str:
+def _run(script: str, outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE) -> str:
     view = pinned_view(None, host=True, outside=outside)
     try:
         argv = view.wrap(["/bin/sh", "-c", script])
@@ -81,7 +81,7 @@ def test_a_missing_dir_a_pth_file_adds_is_made_and_read_only(
     added = tmp_path / "added-later"
     (sitedir / "extra.pth").write_text(f"# a comment\nimport os\n{added}\n")
     monkeypatch.setattr(site, "getsitepackages", lambda: [str(sitedir)])
-    assert str(added) in hostview.import_paths()
+    assert str(added) in hosttrust.import_paths()
     out = _run(f"mkdir -p {added} && echo x > {added}/json.py 2>&1; echo done")
     assert "done" in out and not (added / "json.py").exists(), out
     out = _run(f"echo x > {sitedir}/evil.pth 2>&1; echo done")
@@ -97,10 +97,10 @@ def test_a_host_writable_dir_inside_an_import_dir_is_refused(
     lib = home / "lib"
     (lib / "proj").mkdir(parents=True)
     monkeypatch.syspath_prepend(str(lib))
-    with pytest.raises(hostview.HostViewError, match="hostWritable names"):
-        hostview.writable_roots(str(state_dir), outside=hostview.Outside(writable=(str(lib / "proj"),)))
-    with pytest.raises(hostview.HostViewError, match="hostWritable names"):
-        hostview.writable_roots(str(state_dir), outside=hostview.Outside(writable=(str(home),)))
+    with pytest.raises(hostoutside.HostViewError, match="hostWritable names"):
+        hostroots.writable_roots(str(state_dir), outside=hostoutside.Outside(writable=(str(lib / "proj"),)))
+    with pytest.raises(hostoutside.HostViewError, match="hostWritable names"):
+        hostroots.writable_roots(str(state_dir), outside=hostoutside.Outside(writable=(str(home),)))
 
 
 def test_an_import_dir_every_run_may_write_refuses_the_view(
@@ -112,7 +112,7 @@ def test_an_import_dir_every_run_may_write_refuses_the_view(
     shared.mkdir()
     shared.chmod(0o1777)
     monkeypatch.syspath_prepend(str(shared))
-    with pytest.raises(hostview.HostViewError, match="imports code from"):
+    with pytest.raises(hostoutside.HostViewError, match="imports code from"):
         hostview.view_args(str(state_dir))
 
 
@@ -124,14 +124,14 @@ def test_the_import_path_cache_follows_what_it_read(
     sitedir = tmp_path / "site"
     sitedir.mkdir()
     monkeypatch.setattr(site, "getsitepackages", lambda: [str(sitedir)])
-    before = hostview.import_paths()
-    assert hostview.import_paths() == before
+    before = hosttrust.import_paths()
+    assert hosttrust.import_paths() == before
     (sitedir / "a.pth").write_text(f"{tmp_path / 'one'}\n")
-    assert str(tmp_path / "one") in hostview.import_paths()
+    assert str(tmp_path / "one") in hosttrust.import_paths()
     (sitedir / "a.pth").write_text(f"{tmp_path / 'one'}\n{tmp_path / 'two'}\n")
-    assert str(tmp_path / "two") in hostview.import_paths()
+    assert str(tmp_path / "two") in hosttrust.import_paths()
     monkeypatch.syspath_prepend(str(tmp_path / "three"))
-    assert str(tmp_path / "three") in hostview.import_paths()
+    assert str(tmp_path / "three") in hosttrust.import_paths()
 
 
 @needs_bwrap

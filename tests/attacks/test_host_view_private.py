@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hostoutside
 from engine.commands.pinned import pinned_view
 from engine.commands.verified import Mirror
 from tests.helpers.bwrap import needs_bwrap
@@ -122,7 +122,7 @@ def test_a_private_dir_holding_the_path_and_a_host_writable_dir_is_shown_for_the
     (home / "private").chmod(0o700)
     _secret(home / "private" / "diary", "DIARY-SECRET", 0o644)
     monkeypatch.setenv("PATH", f"{home}/.local/bin:{os.environ['PATH']}")
-    outside = hostview.Outside(writable=(str(home / "private" / "work"),))
+    outside = hostoutside.Outside(writable=(str(home / "private" / "work"),))
     view = pinned_view(None, host=True, outside=outside)
     try:
         script = (
@@ -167,7 +167,7 @@ def test_a_private_script_handed_to_its_reader_is_refused_not_copied(state_dir: 
     home = Path.home()
     _secret(home / "w" / "secret.py", "print('MIRRORED-SECRET')\n")
     mirror = Mirror(str(state_dir.parent / "m"), str(home / "w"), "secret.py", b"print('MIRRORED-SECRET')\n")
-    with pytest.raises(hostview.HostViewError, match="private to the operator"):
+    with pytest.raises(hostoutside.HostViewError, match="private to the operator"):
         pinned_view(None, host=True, mirrors=[mirror]).close()
     _secret(home / "w" / "public.py", "print('ok')\n", 0o644)
     public = Mirror(str(state_dir.parent / "m"), str(home / "w"), "public.py", b"print('ok')\n")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hostoutside, hosttrust, hostview
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
 
-def _run(script: str, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> str:
+def _run(script: str, outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE) -> str:
     view = pinned_view(None, host=True, outside=outside)
     try:
         argv = view.wrap(["/bin/sh", "-c", script])
@@ -40,7 +40,7 @@ def test_the_global_hooks_path_outside_the_home_is_read_only(home: Path, tmp_pat
     hooks = tmp_path / "team" / "githooks"
     hooks.mkdir(parents=True)
     (home / ".gitconfig").write_text(f"[core]\n\thooksPath = {hooks}\n")
-    assert str(hooks) in hostview.git_includes()
+    assert str(hooks) in hosttrust.git_includes()
     out = _run(f"echo 'echo planted' > {hooks}/pre-commit 2>&1; echo done")
     assert "done" in out and not (hooks / "pre-commit").exists(), out
 
@@ -57,9 +57,9 @@ def test_a_file_the_ssh_config_includes_is_read_only_and_a_missing_one_made_firs
     (home / ".ssh" / "config").write_text(
         f'Host x\n  Include {team}/ssh_config\ninclude={team}/missing "{team}/conf.d/*.conf"\n'
     )
-    found = hostview.ssh_files(str(home))
+    found = hosttrust.ssh_files(str(home))
     assert {str(team / "ssh_config"), str(team / "nested"), str(team / "missing")} <= set(found), found
-    assert hostview.ssh_dirs(str(home)) == [str(team / "conf.d")]
+    assert hosttrust.ssh_dirs(str(home)) == [str(team / "conf.d")]
     script = "; ".join(
         f"echo 'Match exec \"touch /tmp/x\"' > {p} 2>/dev/null"
         for p in (team / "ssh_config", team / "nested", team / "missing", team / "conf.d" / "a.conf")
@@ -91,9 +91,9 @@ def test_an_ssh_config_linked_out_of_dot_ssh_is_read_only_and_never_in_host_writ
     (src / "ssh_config").write_text("Host *\n")
     (home / ".ssh" / "config").unlink()
     (home / ".ssh" / "config").symlink_to(src / "ssh_config")
-    with pytest.raises(hostview.HostViewError, match="hostWritable names"):
+    with pytest.raises(hostoutside.HostViewError, match="hostWritable names"):
         hostview.view_args(
-            os.environ["OPENCLAW_STATE_DIR"], outside=hostview.Outside(writable=(str(home / "src"),))
+            os.environ["OPENCLAW_STATE_DIR"], outside=hostoutside.Outside(writable=(str(home / "src"),))
         )
 
 

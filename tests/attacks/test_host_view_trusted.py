@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hostoutside, hostroots, hosttrust, hostview
 from engine.commands.pinned import pinned_view
 from engine.config.loader import load_config
 from engine.tools.exec_host import host_outside
 from tests.helpers.bwrap import needs_bwrap
 
 
-def _run(script: str, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> str:
+def _run(script: str, outside: hostoutside.Outside = hostoutside.NOTHING_OUTSIDE) -> str:
     view = pinned_view(None, host=True, outside=outside)
     try:
         argv = view.wrap(["/bin/sh", "-c", script])
@@ -44,7 +44,7 @@ def test_git_includes_are_asked_of_git_nested_conditional_and_missing(home: Path
     )
     (home / "dotfiles" / "a.inc").write_text("[include]\n\tpath = b.inc\n")  # relative to dotfiles/
     (home / "dotfiles" / "b.inc").write_text("[include]\n\tpath = ../missing.inc\n")
-    found = hostview.git_includes()
+    found = hosttrust.git_includes()
     assert set(found) == {
         str(home / "dotfiles" / "a.inc"),
         str(home / "work.inc"),
@@ -52,7 +52,7 @@ def test_git_includes_are_asked_of_git_nested_conditional_and_missing(home: Path
         str(home / "dotfiles" / "b.inc"),
         str(home / "dotfiles" / ".." / "missing.inc"),
     }, found
-    protected = hostview.protected(str(home.parent / "s"))
+    protected = hosttrust.protected(str(home.parent / "s"))
     assert str(home / "missing.inc") in protected and str(home / "dotfiles" / "b.inc") in protected
 
 
@@ -60,15 +60,15 @@ def test_the_include_cache_follows_the_files_it_read(home: Path) -> None:
     """The include list is cached by each file's bytes: a change to any file on the way is seen at once."""
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[user]\n\tname = op\n")
-    assert hostview.git_includes() == []
+    assert hosttrust.git_includes() == []
     gitconfig.write_text("[include]\n\tpath = one.inc\n")
-    assert not hostview.includes_known()  # the event loop's kept view steps aside: git must be asked
-    assert hostview.git_includes() == [str(home / "one.inc")]
-    assert hostview.includes_known()
+    assert not hosttrust.includes_known()  # the event loop's kept view steps aside: git must be asked
+    assert hosttrust.git_includes() == [str(home / "one.inc")]
+    assert hosttrust.includes_known()
     (home / "one.inc").write_text("[include]\n\tpath = two.inc\n")
-    assert hostview.git_includes() == [str(home / "one.inc"), str(home / "two.inc")]
+    assert hosttrust.git_includes() == [str(home / "one.inc"), str(home / "two.inc")]
     (home / "one.inc").write_text("[user]\n\tname = op\n")
-    assert hostview.git_includes() == [str(home / "one.inc")]
+    assert hosttrust.git_includes() == [str(home / "one.inc")]
 
 
 @pytest.mark.parametrize("what", ["include", "nested-include", "chain-hop", "path-prepend", "rootfs"])
@@ -88,13 +88,13 @@ def test_host_writable_holding_a_trusted_path_is_refused(home: Path, what: str, 
         (home / "Sync" / "gitconfig").write_text("")
         (home / "dotfiles" / "gitconfig").symlink_to("../Sync/gitconfig")
         config.symlink_to("dotfiles/gitconfig")
-    outside = hostview.Outside(
+    outside = hostoutside.Outside(
         writable=(str(home / "dotfiles"), str(home / "tools"), str(home / "rootfs")),
         readonly=(str(home / "tools"),) if what == "path-prepend" else (str(home / "rootfs"),),
     )
     if what in ("include", "nested-include", "chain-hop"):
-        outside = hostview.Outside(writable=(str(home / "dotfiles"),))
-    with pytest.raises(hostview.HostViewError, match="hostWritable names"):
+        outside = hostoutside.Outside(writable=(str(home / "dotfiles"),))
+    with pytest.raises(hostoutside.HostViewError, match="hostWritable names"):
         hostview.view_args(str(home.parent / "s"), outside=outside)
 
 
@@ -124,7 +124,7 @@ def test_a_chain_hop_in_a_world_writable_directory_is_refused(home: Path, tmp_pa
     (tmp_path / "gitconfig").write_text("")
     (shared / "gitconfig").symlink_to(tmp_path / "gitconfig")
     (home / ".gitconfig").symlink_to(shared / "gitconfig")
-    with pytest.raises(hostview.HostViewError, match="reached through the link"):
+    with pytest.raises(hostoutside.HostViewError, match="reached through the link"):
         hostview.view_args(str(home.parent / "s"))
 
 
@@ -178,12 +178,12 @@ def test_path_prepend_and_rootfs_outside_the_home_are_read_only_present_or_not(
 def test_the_workdir_note_names_host_writable_for_any_unlisted_dir_in_the_home(home: Path) -> None:
     (home / "proj").mkdir()
     state = str(home.parent / "s")
-    note = hostview.workdir_note(state, hostview.Outside(workdir=str(home / "proj")))
+    note = hostroots.workdir_note(state, hostoutside.Outside(workdir=str(home / "proj")))
     assert note is not None and "hostWritable" in note and str(home / "proj") in note
-    listed = hostview.Outside(workdir=str(home / "proj"), writable=(str(home / "proj"),))
-    assert hostview.workdir_note(state, listed) is None
-    assert hostview.writable_roots(state, outside=listed) == [str(home / "proj")]
-    assert hostview.writable_roots(state, outside=hostview.Outside(workdir=str(home / "proj"))) == []
+    listed = hostoutside.Outside(workdir=str(home / "proj"), writable=(str(home / "proj"),))
+    assert hostroots.workdir_note(state, listed) is None
+    assert hostroots.writable_roots(state, outside=listed) == [str(home / "proj")]
+    assert hostroots.writable_roots(state, outside=hostoutside.Outside(workdir=str(home / "proj"))) == []
 
 
 @needs_bwrap

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import homelayer, hostkeeper, hostview
+from engine.commands import homelayer, hostkeeper, hostoutside, hostview
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -119,7 +119,7 @@ def test_a_state_dir_in_the_home_keeps_a_run_of_its_own_layered(
     _serve(home / "d" / "op.sock", socks)
     private = tmp_path / "private"
     private.mkdir()
-    outside = hostview.Outside(private=((str(inside / "copy"), str(private)),))
+    outside = hostoutside.Outside(private=((str(inside / "copy"), str(private)),))
     (inside / "copy").mkdir()
     view = pinned_view(None, host=True, outside=outside)
     try:
@@ -247,7 +247,7 @@ def test_the_views_mounts_below_the_home_stay_on_top_of_its_layer(
     work.mkdir()
     _serve(work / "mine.sock", socks)
     (state_dir / "config.toml").write_text(f'[tools.exec]\nhostWritable = ["{work}"]\n')
-    outside = hostview.Outside(writable=(str(work),))
+    outside = hostoutside.Outside(writable=(str(work),))
     view = pinned_view(None, host=True, outside=outside)
     try:
         assert ("enter" if kept else "own-pts") in view.prefix and str(home) in view.prefix

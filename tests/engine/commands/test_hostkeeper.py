@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostkeeper, hostview
+from engine.commands import hostkeeper, hostoutside, hostroots, hostview
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -362,10 +362,10 @@ def test_a_reloaded_workspace_root_reaches_the_kept_view(
 
 def test_a_cwd_in_a_covered_workspace_root_is_refused(state_dir: Path, tmp_path: Path) -> None:
     root = tmp_path / "ws"
-    outside = hostview.Outside(covered=(str(root),))
-    hostview.refuse_hidden_cwd(str(tmp_path), str(state_dir), outside)
-    with pytest.raises(hostview.HostViewError, match="sandbox workspace root"):
-        hostview.refuse_hidden_cwd(str(root / "agent-x"), str(state_dir), outside)
+    outside = hostoutside.Outside(covered=(str(root),))
+    hostroots.refuse_hidden_cwd(str(tmp_path), str(state_dir), outside)
+    with pytest.raises(hostoutside.HostViewError, match="sandbox workspace root"):
+        hostroots.refuse_hidden_cwd(str(root / "agent-x"), str(state_dir), outside)
     # a missing root is made (0700) before the view covers it: none can be planted as a link first
     assert "--tmpfs" in hostview.view_args(str(state_dir), outside=outside) and root.is_dir()
     assert root.stat().st_mode & 0o777 == 0o700

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostkeeper, hostview, pinned
+from engine.commands import hostkeeper, hostoutside, hostroots, hosttrust, hostview, pinned
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -114,16 +114,16 @@ def _group_interrupt(wrap: Callable[[list[str]], list[str]], fds: Sequence[int] 
 
 def test_a_cwd_inside_the_state_dir_is_refused(state_dir: Path) -> None:
     (state_dir / "w").mkdir()
-    with pytest.raises(hostview.HostViewError, match="inside the state dir"):
-        hostview.refuse_hidden_cwd(str(state_dir / "w"), str(state_dir))
-    hostview.refuse_hidden_cwd(str(state_dir.parent), str(state_dir))
+    with pytest.raises(hostoutside.HostViewError, match="inside the state dir"):
+        hostroots.refuse_hidden_cwd(str(state_dir / "w"), str(state_dir))
+    hostroots.refuse_hidden_cwd(str(state_dir.parent), str(state_dir))
 
 
 def test_without_bwrap_the_run_is_refused_naming_the_install_and_the_opt_out(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pinned, "bwrap_path", lambda: None)
-    with pytest.raises(hostview.HostViewError) as err:
+    with pytest.raises(hostoutside.HostViewError) as err:
         pinned_view(None, host=True)
     assert "apt-get install bubblewrap" in str(err.value) and 'hostView = "none"' in str(err.value)
     assert pinned_view(None, host=False).prefix == ()  # opted out: the run starts as before
@@ -151,7 +151,7 @@ def test_a_linked_config_keeps_its_link_and_only_host_writable_is_writable(
     (home / ".gitconfig").symlink_to("dotfiles/gitconfig")
     (home / "notes").write_text("a\n")
     (home / "proj").mkdir()
-    outside = hostview.Outside(writable=(str(home / "proj"),), workdir=str(home / "proj"))
+    outside = hostoutside.Outside(writable=(str(home / "proj"),), workdir=str(home / "proj"))
     view = pinned_view(None, host=True, outside=outside)
     script = (
         f"cd {home}; git config --global user.name; echo b >> notes || echo notes-ro; "
@@ -184,7 +184,7 @@ def test_a_missing_cargo_home_is_a_scratch_one_its_config_unwritable(state_dir: 
         assert not list((home / ".cargo").iterdir())
     # the operator's own cargo home, once it holds something: its missing config is bound read-only
     (home / ".cargo" / "bin").mkdir()
-    assert (str(home / ".cargo" / "config.toml"), True) in hostview.trusted_configs()
+    assert (str(home / ".cargo" / "config.toml"), True) in hosttrust.trusted_configs()
 
 
 @needs_bwrap
@@ -195,7 +195,7 @@ def test_what_the_gateway_holds_outside_the_state_dir_is_hidden_or_read_only(
     key.write_text("PRIVATE KEY\n")
     sockets.mkdir()
     (sockets / "agents.sock").write_text("")
-    outside = hostview.Outside(hidden=(str(key),), readonly=(str(sockets),))
+    outside = hostoutside.Outside(hidden=(str(key),), readonly=(str(sockets),))
     script = f"cat {key}; rm -f {sockets}/agents.sock || echo rm-refused; echo end"
     for helper in (hostkeeper.helper_path(), None):  # the kept view and a bwrap of its own
         with pytest.MonkeyPatch.context() as m:
@@ -217,7 +217,7 @@ def test_the_kept_view_is_remade_when_what_it_hides_outside_changes(state_dir: P
     key = tmp_path / "id_node"
     key.write_text("PRIVATE KEY\n")
 
-    def read(outside: hostview.Outside) -> tuple[str, hostkeeper.Keeper]:
+    def read(outside: hostoutside.Outside) -> tuple[str, hostkeeper.Keeper]:
         view = pinned_view(None, host=True, outside=outside)
         try:
             argv = view.wrap(["/bin/cat", str(key)])
@@ -226,9 +226,9 @@ def test_the_kept_view_is_remade_when_what_it_hides_outside_changes(state_dir: P
             view.close()
         return done.stdout, _kept(state_dir)
 
-    seen, first = read(hostview.Outside())
+    seen, first = read(hostoutside.Outside())
     assert seen == "PRIVATE KEY\n"
-    hidden = hostview.Outside(hidden=(str(key),))
+    hidden = hostoutside.Outside(hidden=(str(key),))
     seen, second = read(hidden)
     assert seen == "" and second is not first
     # the key replaced on the host (renamed over): its directory is covered by a copy of its entries
@@ -353,13 +353,13 @@ def test_a_key_file_where_no_cover_can_be_made_refuses_the_view(state_dir: Path)
     in_home, above = home / "node.key", home.parent / "node.key"
     for key in (in_home, above):
         key.write_text("KEY\n")
-        with pytest.raises(hostview.HostViewError, match="move it into a directory of its own"):
-            hostview.view_args(str(state_dir), outside=hostview.Outside(hidden=(str(key),)))
+        with pytest.raises(hostoutside.HostViewError, match="move it into a directory of its own"):
+            hostview.view_args(str(state_dir), outside=hostoutside.Outside(hidden=(str(key),)))
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_node").write_text("KEY\n")
     ops = hostview.view_args(
-        str(state_dir), outside=hostview.Outside(hidden=(str(home / ".ssh" / "id_node"),))
+        str(state_dir), outside=hostoutside.Outside(hidden=(str(home / ".ssh" / "id_node"),))
     )
     assert "--remount-ro" in ops
-    missing = hostview.Outside(hidden=(str(home / "gone.key"),))  # a key not there yet: nothing to read
+    missing = hostoutside.Outside(hidden=(str(home / "gone.key"),))  # a key not there yet: nothing to read
     hostview.view_args(str(state_dir), outside=missing)

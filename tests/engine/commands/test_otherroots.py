@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostkeeper, hostview, otherroots
+from engine.commands import hostkeeper, hostoutside, hostroots, hostview, otherroots
 from engine.commands.pinned import pinned_view
 from engine.commands.verified import Mirror
 from tests.helpers.bwrap import needs_bwrap
@@ -19,7 +19,7 @@ from tests.helpers.gateway import connect, gateway, write_config
 VIEWS = ["kept", "own-bwrap"]
 
 
-def _run(outside: hostview.Outside, script: str, helper: str | None) -> subprocess.CompletedProcess[str]:
+def _run(outside: hostoutside.Outside, script: str, helper: str | None) -> subprocess.CompletedProcess[str]:
     with pytest.MonkeyPatch.context() as m:
         m.setattr(hostkeeper, "helper_path", lambda h=helper: h)
         view = pinned_view(None, host=True, outside=outside)
@@ -75,7 +75,7 @@ def test_another_agents_root_is_an_empty_read_only_dir(state_dir: Path, which: s
     (home / "ops-work").mkdir()
     (home / "ops-work" / "notes.txt").write_text("ops-private\n")
     (home / "main-work").mkdir()
-    outside = hostview.Outside(
+    outside = hostoutside.Outside(
         writable=(str(home / "main-work"),),
         writable_anywhere=(str(home / "main-work"), str(home / "ops-work")),
     )
@@ -87,7 +87,9 @@ def test_another_agents_root_is_an_empty_read_only_dir(state_dir: Path, which: s
     assert done.stdout.split() == ["ro", "mine"], done
     assert "ops-private" not in done.stdout
     # the owner sees it as it is
-    owner = hostview.Outside(writable=(str(home / "ops-work"),), writable_anywhere=outside.writable_anywhere)
+    owner = hostoutside.Outside(
+        writable=(str(home / "ops-work"),), writable_anywhere=outside.writable_anywhere
+    )
     assert _run(owner, f"cat {home}/ops-work/notes.txt", _helper(which)).stdout == "ops-private\n"
 
 
@@ -106,7 +108,7 @@ def test_nested_roots_show_the_own_and_hide_the_other_and_nothing_is_renamed_awa
     mine.mkdir(parents=True)
     (o / "secret").write_text("other-private\n")
     (mine / "f").write_text("own\n")
-    outside = hostview.Outside(writable=(str(p), str(mine)), writable_anywhere=(str(p), str(o), str(mine)))
+    outside = hostoutside.Outside(writable=(str(p), str(mine)), writable_anywhere=(str(p), str(o), str(mine)))
     script = (
         f"cat {o}/secret; cat {mine}/f; echo more >> {mine}/f && echo own-rw; echo q > {p}/q && echo p-rw; "
         f'mv {p}/a {p}/a2 || echo a-busy; {sys.executable} -c \'import os; os.rename("{o}", "{p}/o2")\' '
@@ -125,7 +127,7 @@ def test_a_missing_root_of_another_agent_is_made_private_never_through_a_link(
     home = Path.home()
     (home / "main-work").mkdir()
     (home / "main-work" / "lnk").symlink_to(tmp_path)
-    outside = hostview.Outside(
+    outside = hostoutside.Outside(
         writable=(str(home / "main-work"),),
         writable_anywhere=(
             str(home / "main-work"), str(home / "ops" / "work"), str(home / "main-work" / "lnk" / "x")
@@ -139,10 +141,10 @@ def test_a_missing_root_of_another_agent_is_made_private_never_through_a_link(
 def test_a_workdir_in_another_agents_root_is_refused(state_dir: Path) -> None:
     home = Path.home()
     (home / "ops-work" / "src").mkdir(parents=True)
-    outside = hostview.Outside(writable_anywhere=(str(home / "ops-work"),))
-    with pytest.raises(hostview.HostViewError, match="another agent's"):
-        hostview.refuse_hidden_cwd(str(home / "ops-work" / "src"), str(state_dir), outside)
-    hostview.refuse_hidden_cwd(str(home), str(state_dir), outside)
+    outside = hostoutside.Outside(writable_anywhere=(str(home / "ops-work"),))
+    with pytest.raises(hostoutside.HostViewError, match="another agent's"):
+        hostroots.refuse_hidden_cwd(str(home / "ops-work" / "src"), str(state_dir), outside)
+    hostroots.refuse_hidden_cwd(str(home), str(state_dir), outside)
 
 
 OPS_DIR = """[tools.exec]
@@ -182,11 +184,11 @@ async def test_the_kept_view_follows_another_agents_roots_when_the_config_change
     assert seen == [True, False, True]
 
 
-def _ops_work() -> tuple[Path, hostview.Outside]:
+def _ops_work() -> tuple[Path, hostoutside.Outside]:
     home = Path.home()
     (home / "ops-work").mkdir()
     (home / "main-work").mkdir()
-    outside = hostview.Outside(
+    outside = hostoutside.Outside(
         writable=(str(home / "main-work"),),
         writable_anywhere=(str(home / "main-work"), str(home / "ops-work")),
     )
@@ -219,7 +221,7 @@ def test_another_agents_script_handed_to_its_reader_is_refused_not_copied(state_
     work, outside = _ops_work()
     (work / "s.py").write_text("print('OPS-MIRRORED')\n")
     mirror = Mirror(str(state_dir.parent / "m"), str(work), "s.py", b"print('OPS-MIRRORED')\n")
-    with pytest.raises(hostview.HostViewError, match="another agent's"):
+    with pytest.raises(hostoutside.HostViewError, match="another agent's"):
         pinned_view(None, host=True, mirrors=[mirror], outside=outside).close()
     (work.parent / "main-work" / "s.py").write_text("print('ok')\n")
     own = Mirror(str(state_dir.parent / "m"), str(work.parent / "main-work"), "s.py", b"print('ok')\n")
@@ -238,7 +240,7 @@ def test_another_agents_root_outside_the_home_is_covered_and_stays_in_place(
     team = tmp_path / "srv" / "team"
     (team / "ops").mkdir(parents=True)
     (team / "ops" / "notes").write_text("ops-outside\n")
-    outside = hostview.Outside(writable_anywhere=(str(team / "ops"),))
+    outside = hostoutside.Outside(writable_anywhere=(str(team / "ops"),))
     script = f"cat {team}/ops/notes; mv {team} {team}2 || echo team-busy; echo x > {team}/ops/n || echo ro"
     done = _run(outside, script, _helper(which))
     assert done.stdout.split() == ["team-busy", "ro"], done

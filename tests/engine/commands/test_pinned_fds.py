@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview, pinned
+from engine.commands import hostoutside, hostview, pinned
 
 
 def test_a_refused_host_view_closes_each_copy_once(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -20,10 +20,10 @@ def test_a_refused_host_view_closes_each_copy_once(state_dir: Path, monkeypatch:
         real_close(fd)
 
     def refused(*_a: object, **_k: object) -> None:
-        raise hostview.HostViewError("a directory exchanged for a link; refused")
+        raise hostoutside.HostViewError("a directory exchanged for a link; refused")
 
     monkeypatch.setattr(hostview, "own_view_by_fd", refused)  # what a run of its own is given
     monkeypatch.setattr(pinned.os, "close", counting_close)
-    with pytest.raises(hostview.HostViewError):
+    with pytest.raises(hostoutside.HostViewError):
         pinned.pinned_view(None, [("/tmp/x/Makefile", b"all:\n")], host=True)
     assert closed and len(closed) == len(set(closed)), closed

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hosttrust
 
 CASES = [
     {"config": '"Include" {x}\n'},
@@ -53,7 +53,7 @@ def test_every_file_asyncssh_parses_is_named(
         path.write_text(text.format(x=target))
     parsed = _asyncssh_parses(home)
     assert str(target) in parsed, parsed
-    named = {str(Path(p)) for p in hostview.ssh_files(str(home))}
-    kept = [d.rstrip("/") + "/" for d in hostview.ssh_dirs(str(home))]  # read-only whole, every file
+    named = {str(Path(p)) for p in hosttrust.ssh_files(str(home))}
+    kept = [d.rstrip("/") + "/" for d in hosttrust.ssh_dirs(str(home))]  # read-only whole, every file
     missed = {p for p in parsed if p not in named and not any(p.startswith(d) for d in kept)}
     assert not missed, missed

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hostoutside, hostview
 from tests.helpers.bwrap import needs_bwrap
 
 
@@ -54,6 +54,6 @@ def test_a_source_that_keeps_vanishing_is_refused(
         return [*made(*args, **kwargs), "--ro-bind", str(tmp_path / "never"), "/opt/never"]  # type: ignore[arg-type]
 
     monkeypatch.setattr(hostview, "view_args", always_gone)
-    with pytest.raises(hostview.HostViewError, match="kept vanishing"):
+    with pytest.raises(hostoutside.HostViewError, match="kept vanishing"):
         hostview.view_by_fd(str(state_dir))
     assert len(calls) == hostview.VIEW_ATTEMPTS

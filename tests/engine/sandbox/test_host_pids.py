@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine import principals
-from engine.commands import hostkeeper, hostview
+from engine.commands import hostkeeper, hostoutside, hostview
 from engine.sandbox import bwraplimits
 from engine.sandbox.settings import slugify, state_id
 from tests.helpers.gateway import connect, gateway, write_config
@@ -107,10 +107,10 @@ def test_join_moves_the_run_before_it_execs_and_refuses_to_run_uncapped(state_di
 
 def test_joined_goes_first_in_the_kept_view_and_after_the_signal_words_of_a_runs_own_bwrap() -> None:
     helper = hostkeeper.helper_path()
-    outside = hostview.Outside(join_tasks="/sys/fs/cgroup/pids/x/tasks")
+    outside = hostoutside.Outside(join_tasks="/sys/fs/cgroup/pids/x/tasks")
     kept = ["/h/exechost-hostenter", "enter", "3", "-", "-", "-", "--"]
     own = [*hostview.head("/usr/bin/bwrap"), "--dev-bind", "/", "/", "--", *hostview.tail()]
-    assert hostview.joined(kept, hostview.NOTHING_OUTSIDE) == kept  # no group: unchanged
+    assert hostview.joined(kept, hostoutside.NOTHING_OUTSIDE) == kept  # no group: unchanged
     if helper is None:
         assert hostview.joined(kept, outside) == kept
         return

@@ -10,30 +10,32 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview
+from engine.commands import hostoutside
 from runner.gateway.server import GatewayServer, HostHomeError
 
 OWN = pwd.getpwuid(os.getuid()).pw_dir
 
 
 def test_the_accounts_own_home_is_always_fine(tmp_path: Path) -> None:
-    assert hostview.home_refused({"HOME": OWN}) is None
-    assert hostview.home_refused({}) is None  # no HOME: ~ is the passwd entry's
+    assert hostoutside.home_refused({"HOME": OWN}) is None
+    assert hostoutside.home_refused({}) is None  # no HOME: ~ is the passwd entry's
 
 
 def test_another_home_is_refused_unless_the_operator_named_it(tmp_path: Path) -> None:
     other = str(tmp_path / "elsewhere")
-    refused = hostview.home_refused({"HOME": other})
-    assert refused is not None and other in refused and OWN in refused and hostview.HOST_HOME_ENV in refused
-    assert hostview.home_refused({"HOME": other, hostview.HOST_HOME_ENV: other}) is None
+    refused = hostoutside.home_refused({"HOME": other})
+    assert (
+        refused is not None and other in refused and OWN in refused and hostoutside.HOST_HOME_ENV in refused
+    )
+    assert hostoutside.home_refused({"HOME": other, hostoutside.HOST_HOME_ENV: other}) is None
     # naming some other dir confirms nothing
-    assert hostview.home_refused({"HOME": other, hostview.HOST_HOME_ENV: OWN}) is not None
+    assert hostoutside.home_refused({"HOME": other, hostoutside.HOST_HOME_ENV: OWN}) is not None
 
 
 async def test_the_gateway_does_not_start_with_another_home(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(hostview.HOST_HOME_ENV)  # HOME is this test's own dir (tests/conftest.py)
+    monkeypatch.delenv(hostoutside.HOST_HOME_ENV)  # HOME is this test's own dir (tests/conftest.py)
     server = GatewayServer()
     with pytest.raises(HostHomeError, match="not this account's home"):
         await server.start()

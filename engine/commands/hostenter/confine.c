@@ -1,0 +1,132 @@
+/* The command's last step, in every mode that runs it: its cwd checked against the decided directory,
+   then confined past the namespaces (a session keyring of its own, the seccomp filter, landlock's
+   abstract-socket scope) and its terminal signals restored. */
+
+#include "hostenter.h"
+
+/* The decided directory's identity, and its fd closed (-1: none, false). */
+int decided(int cwdfd, struct stat *want) {
+    if (cwdfd < 0) return 0;
+    if (fstat(cwdfd, want) < 0) die("the decided directory's fd");
+    close(cwdfd);
+    if (cwd_layered) *want = cwd_in_layers;
+    return 1;
+}
+
+/* CWD as check-cwd takes it: an fd, "-", or "@DEV:INO", the identity own-pts found (layers_at_cwd). */
+int decided_word(const char *word, struct stat *want) {
+    unsigned long long dev, ino;
+    char end;
+    if (word[0] != '@') return decided(optional_fd(word), want);
+    if (sscanf(word, "@%llu:%llu%c", &dev, &ino, &end) != 2) {
+        errno = EINVAL;
+        die("the decided directory's identity");
+    }
+    want->st_dev = (dev_t)dev;
+    want->st_ino = (ino_t)ino;
+    return 1;
+}
+
+/* Landlock's ABI 6 scope, defined here (a build host's <linux/landlock.h> may be older): the command and
+   what it starts connect to no abstract Unix socket made outside them (the operator's X server's, a session
+   bus's, an editor's): an abstract name is in no directory, so no mount covers it (issue 27 class 1).
+   A kernel without the scope (ABI < 6) leaves them reachable: docs/SECURITY.md. */
+struct scoped_ruleset {
+    uint64_t handled_access_fs, handled_access_net, scoped;
+};
+#define SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+#define LANDLOCK_CREATE_RULESET 444
+#define LANDLOCK_RESTRICT_SELF 446
+
+static void scope_abstract_sockets(void) {
+    if (syscall(LANDLOCK_CREATE_RULESET, NULL, (size_t)0, 1U) < 6) return;
+    struct scoped_ruleset attr = {0, 0, SCOPE_ABSTRACT_UNIX_SOCKET};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+    int ruleset = (int)syscall(LANDLOCK_CREATE_RULESET, &attr, sizeof attr, 0U);
+    if (ruleset < 0) die("landlock_create_ruleset");
+    if (syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0U) < 0) die("landlock_restrict_self");
+    close(ruleset);
+}
+
+/* A fresh anonymous session keyring (keyctl JOIN_SESSION_KEYRING, no name): the gateway's, inherited across
+   fork, exec and every namespace, may be the operator's login session's, holding a Kerberos ticket (KEYRING:
+   ccache), an eCryptfs or AFS key (fresh round 10 a). The new one holds nothing and links nothing: the
+   command cannot reach the old one by KEY_SPEC_SESSION_KEYRING; the user keyring (@u) stays the account's,
+   as the account's files are. */
+#define KEYCTL_JOIN_SESSION_KEYRING 1
+static void own_session_keyring(void) {
+    if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS) die("keyctl join");
+}
+
+/* A seccomp filter installed after the fresh session keyring is joined, refusing what reaches past the
+   run's namespaces; every other syscall is allowed. keyctl(KEYCTL_GET_PERSISTENT) hands the caller the
+   account's persistent keyring (where a Kerberos KEYRING: ccache lives), whatever its session keyring is
+   (fresh round 11 a): EPERM, keyctl's other operations allowed. socket() opens only the families a network
+   namespace confines (the sandboxes' list, engine.sandbox.seccomprules.SOCKET_FAMILIES: unix, inet,
+   inet6, netlink), others EAFNOSUPPORT: AF_VSOCK ignores the agent's own network namespace and listened
+   on, and reached, the hypervisor's side with no proxy and no ask (fresh round 13 b). io_uring_setup is
+   refused (EPERM, as Docker refuses it): its socket operation makes a socket no filter sees. A syscall of
+   another architecture (x32, i386 on x86-64) is refused outright. */
+#define KEYCTL_GET_PERSISTENT 22
+#ifndef SYS_io_uring_setup
+#define SYS_io_uring_setup 425
+#endif
+#if defined(__x86_64__)
+#define HOST_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define HOST_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+static void refuse_beyond_namespaces(void) {
+#ifdef HOST_AUDIT_ARCH
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, HOST_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#if defined(__x86_64__)
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+#endif
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_keyctl, 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, KEYCTL_GET_PERSISTENT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])), /* the int's low word */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) die("seccomp");
+#endif
+}
+
+/* The command's last step: its cwd is the decided directory (`want`, NULL: no check), the terminal's
+   signals are its own again; then ARGV. */
+void run_checked(const struct stat *want, char **command) {
+    if (want) {
+        struct stat here;
+        if (stat(".", &here) < 0 || here.st_dev != want->st_dev || here.st_ino != want->st_ino) {
+            fprintf(stderr, "exechost: approval-stale: the working directory changed since it was approved\n");
+            _exit(FAIL);
+        }
+    }
+    own_session_keyring();
+    refuse_beyond_namespaces();
+    scope_abstract_sockets();
+    terminal_signals(SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execvp(command[0], command);
+    fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+}
