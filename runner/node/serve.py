@@ -18,7 +18,7 @@ from typing import Any
 from engine import statefs
 from engine.approvals.grants import GrantStore
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostview
+from engine.commands import hostoutside
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
 from engine.nodes import gateway_key
@@ -456,7 +456,7 @@ async def serve_stdio() -> int:
         writer = Output(asyncio.StreamWriter(transport, protocol, reader, loop))
     except ValueError:  # a regular file
         writer = Output(None)
-    refused = hostview.home_refused()
+    refused = hostoutside.home_refused()
     if refused:  # as the gateway does: every view this node makes would protect the wrong home
         print(f"exechost node: {refused}", file=sys.stderr)
         return 1

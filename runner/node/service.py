@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from engine import statefs, unixsock
-from engine.commands import hostview
+from engine.commands import hostoutside
 from engine.errors import ExecHostError
 from engine.nodes.wire import MAX_LINE
 from runner.node.relay import peer_is_us, socket_path
@@ -136,7 +136,7 @@ class NodeService:
 async def run_service() -> int:
     """`exechost node run`: serve until SIGTERM/SIGINT; then the sessions are killed, as a gateway's are."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="exechost node: %(message)s")
-    refused = hostview.home_refused()
+    refused = hostoutside.home_refused()
     if refused:  # as the gateway does: every view this node makes would protect the wrong home
         print(f"exechost node run: {refused}", file=sys.stderr)
         return 1

@@ -49,7 +49,7 @@ def test_a_node_does_not_start_with_another_home(state_dir: Path, verb: list[str
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != hostview.HOST_HOME_ENV}
+    env = {k: v for k, v in os.environ.items() if k != hostoutside.HOST_HOME_ENV}
     done = subprocess.run(
         [sys.executable, "-m", "runner", "node", *verb],
         env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
