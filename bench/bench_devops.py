@@ -9,27 +9,16 @@ Usage: .venv/bin/python bench/bench_devops.py [--runs N]
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
+from bench.table import compared, interleaved, spawn_ms
 from engine.commands.hostview import DEV_OPS
-
-
-def p50(argv: list[str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -47,23 +36,11 @@ def main() -> None:
         "host dev": [bwrap, "--dev-bind", "/", "/", *tail],
         "plain": ["/bin/true"],
     }
-    res: dict[str, list[float]] = {}
-    for _ in range(3):  # interleaved: a change in load falls on all alike
-        for name, argv in argvs.items():
-            res.setdefault(name, []).append(p50(argv, args.runs // 3))
-
-    def rounds(name: str) -> str:
-        return " · ".join(f"{v:.2f}" for v in res[name]) + " ms"
-
-    m = {k: sorted(v)[1] for k, v in res.items()}
-    record(
-        "a run's own bwrap with its own /dev (DEV_OPS) vs the host's /dev",
-        rounds("own dev"), rounds("host dev"), ratio(m["own dev"], m["host dev"]),
-    )  # fmt: skip
-    record(
-        "a run's own bwrap with its own /dev (vs `true` spawned plainly)",
-        rounds("own dev"), rounds("plain"), ratio(m["own dev"], m["plain"]),
-    )  # fmt: skip
+    res = interleaved(
+        {name: functools.partial(spawn_ms, argv, args.runs // 3) for name, argv in argvs.items()}
+    )
+    compared("a run's own bwrap with its own /dev (DEV_OPS) vs the host's /dev", res, "own dev", "host dev")
+    compared("a run's own bwrap with its own /dev (vs `true` spawned plainly)", res, "own dev", "plain")
 
 
 if __name__ == "__main__":

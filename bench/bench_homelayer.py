@@ -10,31 +10,20 @@ Usage: .venv/bin/python bench/bench_homelayer.py [--runs N]
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import per_call_us, ratio, record
+from bench.table import compared, interleaved, per_call_us, ratio, record, spawn_ms
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def p50(argv: Sequence[str], fds: Sequence[int], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True, pass_fds=fds)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -87,28 +76,20 @@ def main() -> None:
             "own layered": (own.wrap(true), own.fds),
             "own listed": (listed.wrap(true), listed.fds),
         }
-        res: dict[str, list[float]] = {}
-        for _ in range(3):  # interleaved: a change in load falls on all alike
-            for name, (argv, fds) in argvs.items():
-                res.setdefault(name, []).append(p50(argv, fds, args.runs // 3))
+        n = args.runs // 3
+        res = interleaved({k: functools.partial(spawn_ms, a, n, f) for k, (a, f) in argvs.items()})
         for view in (kept, own, listed):
             view.close()
-
-        def rounds(name: str) -> str:
-            return " · ".join(f"{v:.2f}" for v in res[name]) + " ms"
-
-        m = {k: sorted(v)[1] for k, v in res.items()}
-        record(
+        compared(
             "kept view `sh -c true`, home + linked ~/.cache layered per run (vs the same view, no layers)",
-            rounds("kept layered"), rounds("kept bare"), ratio(m["kept layered"], m["kept bare"]),
+            res, "kept layered", "kept bare",
         )  # fmt: skip
-        record(
-            "kept view `sh -c true`, layered (vs `sh -c true` spawned plainly)",
-            rounds("kept layered"), rounds("plain"), ratio(m["kept layered"], m["plain"]),
-        )  # fmt: skip
-        record(
+        compared(
+            "kept view `sh -c true`, layered (vs `sh -c true` spawned plainly)", res, "kept layered", "plain"
+        )
+        compared(
             "a run's own bwrap, layers made by own-pts (vs the home bound, its sockets listed)",
-            rounds("own layered"), rounds("own listed"), ratio(m["own layered"], m["own listed"]),
+            res, "own layered", "own listed",
         )  # fmt: skip
         # which directories are layered, found per run (the home's entries read, XDG dirs resolved)
         skip = [str(root / "s")]

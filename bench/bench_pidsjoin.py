@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,16 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
-
-
-def p50(argv: list[str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+from bench.table import ratio, record, spawn_ms
 
 
 def main() -> None:
@@ -45,8 +35,8 @@ def main() -> None:
         return
     try:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
-        plain = p50(["/bin/true"], args.runs)
-        joined = p50([helper, "join", str(group / "tasks"), "--", "/bin/true"], args.runs)
+        plain = spawn_ms(["/bin/true"], args.runs)
+        joined = spawn_ms([helper, "join", str(group / "tasks"), "--", "/bin/true"], args.runs)
         record(
             "host run: joining the agent's pids cgroup first, p50 per spawn (vs /bin/true plainly)",
             f"{joined:.2f} ms",

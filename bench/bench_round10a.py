@@ -13,28 +13,18 @@ import argparse
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
+from bench.table import ratio, record, spawn_ms
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def p50(argv: Sequence[str], fds: Sequence[int], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True, pass_fds=fds)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def per_call_us(fn: Callable[[], object], runs: int) -> float:
@@ -106,15 +96,15 @@ def main() -> None:
         res: dict[str, list[float]] = {}
         for _ in range(3):  # interleaved: a change in load falls on all alike
             for name, argv in argvs.items():
-                res.setdefault(name, []).append(p50(argv, view.fds, args.runs // 3))
-            res.setdefault("bwrap", []).append(p50(plain_bwrap, (), args.runs // 3))
-            res.setdefault("bwrap ipc", []).append(p50(ipc_bwrap, (), args.runs // 3))
+                res.setdefault(name, []).append(spawn_ms(argv, args.runs // 3, view.fds))
+            res.setdefault("bwrap", []).append(spawn_ms(plain_bwrap, args.runs // 3))
+            res.setdefault("bwrap ipc", []).append(spawn_ms(ipc_bwrap, args.runs // 3))
         # the seal, once per keeper made: one more helper spawn (its setns and one mount call)
         (keeper,) = hostkeeper._keepers.values()
         user = "-" if keeper.user is None else str(keeper.user)
         fds = (keeper.ns,) if keeper.user is None else (keeper.ns, keeper.user)
-        seal = p50([helpers["this"], "seal", str(keeper.ns), user], fds, args.runs)
-        spawn = p50(["/bin/true"], (), args.runs)
+        seal = spawn_ms([helpers["this"], "seal", str(keeper.ns), user], args.runs, fds)
+        spawn = spawn_ms(["/bin/true"], args.runs)
         view.close()
         hostkeeper.stop()
         m = {k: sorted(v)[1] for k, v in res.items()}

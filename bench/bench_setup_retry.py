@@ -9,29 +9,19 @@ Usage: .venv/bin/python bench/bench_setup_retry.py [--runs N]
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
+from bench.table import compared, interleaved, spawn_ms
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def p50(argv: list[str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True, stderr=subprocess.PIPE)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -60,23 +50,15 @@ def main() -> None:
             "exec": [helper, "own-pts", "-", "--", *view, *status, other, *check[1:]],
             "plain": ["/bin/true"],
         }
-        res: dict[str, list[float]] = {}
-        for _ in range(3):  # interleaved: a change in load falls on all alike
-            for name, argv in argvs.items():
-                res.setdefault(name, []).append(p50(argv, args.runs // 3))
-
-        def rounds(name: str) -> str:
-            return " · ".join(f"{v:.2f}" for v in res[name]) + " ms"
-
-        m = {k: sorted(v)[1] for k, v in res.items()}
-        record(
+        n = args.runs // 3
+        res = interleaved(
+            {name: functools.partial(spawn_ms, argv, n, quiet=True) for name, argv in argvs.items()}
+        )
+        compared(
             "a run's own bwrap with setup retry (own-pts its parent, stderr held to the NUL) vs own-pts exec",
-            rounds("retried"), rounds("exec"), ratio(m["retried"], m["exec"]),
+            res, "retried", "exec",
         )  # fmt: skip
-        record(
-            "a run's own bwrap with setup retry (vs `true` spawned plainly)",
-            rounds("retried"), rounds("plain"), ratio(m["retried"], m["plain"]),
-        )  # fmt: skip
+        compared("a run's own bwrap with setup retry (vs `true` spawned plainly)", res, "retried", "plain")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -8,8 +8,8 @@ Usage: .venv/bin/python bench/bench_termtext.py [--mb N]
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
+from bench.table import compared, interleaved
 from engine.termtext import TerminalFilter, line_view, plain
 
 LINE = "step 12 of 40: compiling module_name.c with\tflags -O2 \x1b[32mok\x1b[0m (0.31 s) ünïcødé 日本\n"
@@ -44,17 +44,11 @@ def main() -> None:
             "line view": lambda b: [line_view(x) for x in b.decode().split("\n")],
             "terminal": lambda b: TerminalFilter().feed(b.decode()),
         }
-        res: dict[str, list[float]] = {}
-        for _ in range(3):  # interleaved: a change in load falls on all alike
-            for name, way in ways.items():
-                res.setdefault(name, []).append(ms_per_mb(way, data))
-        mid = {k: statistics.median(v) for k, v in res.items()}
+        res = interleaved({name: functools.partial(ms_per_mb, way, data) for name, way in ways.items()})
         for name in ("plain", "line view", "terminal"):
-            record(
-                f"termtext {name}, {kind} output (ms per MB, vs decoding alone)",
-                " · ".join(f"{v:.1f}" for v in res[name]), " · ".join(f"{v:.1f}" for v in res["decode"]),
-                ratio(mid[name], mid["decode"]),
-            )  # fmt: skip
+            compared(
+                f"termtext {name}, {kind} output (per MB, vs decoding alone)", res, name, "decode", "ms/MB"
+            )
 
 
 if __name__ == "__main__":

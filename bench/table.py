@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 ROWS_ENV = "EXECHOST_BENCH_ROWS"
@@ -52,3 +53,33 @@ def per_call_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
             fn()
         out.append((time.perf_counter() - start) * 1e6 / calls)
     return statistics.median(out)
+
+
+def spawn_ms(argv: Sequence[str], runs: int, fds: Sequence[int] = (), *, quiet: bool = False) -> float:
+    """Median over `runs` of the ms one `argv` takes, spawned and waited for (`quiet`: its stderr dropped)."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, pass_fds=fds, stderr=subprocess.DEVNULL if quiet else None)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def interleaved(ways: Mapping[str, Callable[[], float]], rounds: int = 3) -> dict[str, list[float]]:
+    """Each way measured `rounds` times, interleaved: a change in the shared machine's load falls on all
+    alike. Each figure is kept (the table gives all three)."""
+    res: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, way in ways.items():
+            res.setdefault(name, []).append(way())
+    return res
+
+
+def compared(metric: str, res: Mapping[str, list[float]], mine: str, base: str, unit: str = "ms") -> None:
+    """One row: every round of `mine` and of `base`, and the ratio of their middle rounds."""
+
+    def rounds(name: str) -> str:
+        return " · ".join(f"{v:.2f}" for v in res[name]) + f" {unit}"
+
+    middle = {name: statistics.median(res[name]) for name in (mine, base)}
+    record(metric, rounds(mine), rounds(base), ratio(middle[mine], middle[base]))
