@@ -1,0 +1,112 @@
+"""Fresh round 14 a (issue 27 §1, the gateway's wire and principals): what an agent still does after its
+credential is revoked or rotated, and what a peer can become by what it says in its hello."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import principals
+from engine.protocol.client import ControlClient
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+# ops may run anything on the gateway host (its policy is not what is attacked here); its host runs' only
+# way out is the egress proxy, where an unknown name asks.
+OPS_EGRESS = (
+    '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n\n'
+    '[[agents.list]]\nid = "ops"\n\n'
+    '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nallow = []\nask = true\n'
+)
+
+# A host run that waits for the test (a FIFO in its workdir: the open blocks until the test opens it for
+# writing), then asks the egress proxy its runs are given for a tunnel to a name nobody allowed, and writes
+# the proxy's answer. The name is never resolved: an unknown name asks before anything is looked up.
+CONNECTER = r"""
+import os, socket, sys
+work = sys.argv[1]
+open(os.path.join(work, "gate")).read()
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT after-rotate.example:443 HTTP/1.1\r\nHost: after-rotate.example:443\r\n\r\n")
+data = s.recv(4096)
+with open(os.path.join(work, "answer"), "wb") as f:
+    f.write(data or b"(closed)")
+"""
+
+
+@pytest.fixture
+def work() -> Any:
+    """A workdir outside every private dir (/tmp is the agent's own copy in its host view): the test and
+    the run see the same files."""
+    path = Path(tempfile.mkdtemp(prefix="atk14a-", dir="/srv"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def _agent(state: Path, token: str) -> ControlClient:
+    return await ControlClient.connect(state, client="agent", name="agent", autostart=False, credential=token)
+
+
+async def _pending(op: ControlClient) -> list[dict[str, Any]]:
+    page = await op.request("approvals.pending", {})
+    return list(page["approvals"])
+
+
+def _egress_asks(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [r for r in rows if name in json.dumps(r)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a rotation bumps the agent's credential generation, which refuses a sandbox's egress "
+    "asks from runs of the old (leaked) credential, but the listener of the agent's gateway-host runs "
+    "(hostnet.<agent>, EgressHub.host_runs) is served with no generation, so a host run begun with the "
+    "leaked credential files a fresh egress ask as the agent after the rotation, approvable live",
+)
+async def test_class1_a_host_run_of_a_rotated_credential_still_files_egress_asks(
+    state_dir: Path, work: Path
+) -> None:
+    write_config(state_dir, OPS_EGRESS)
+    token = principals.mint(state_dir, "ops")
+    os.mkfifo(work / "gate")
+    (work / "c.py").write_text(CONNECTER)
+    async with gateway(state_dir) as server:
+        op = await connect(state_dir)
+        agent = await _agent(state_dir, token)
+        try:
+            res = await agent.request(
+                "exec",
+                {"command": f"python3 {work}/c.py {work}", "workdir": str(work), "background": True},
+            )
+            assert res["details"]["status"] == "running", res
+            # The token leaked: the operator rotates it (the old connection is dropped, the old
+            # credential's asks are settled, a new generation begins).
+            rotated = await op.request("agents.rotate", {"agent": "ops"})
+            assert rotated["token"] != token
+            assert server.services.approvals.generations.current("ops") > 0
+            # Only now the old credential's run asks.
+            fd = await asyncio.to_thread(os.open, work / "gate", os.O_WRONLY)
+            os.close(fd)
+            answer = work / "answer"
+
+            async def settled() -> bool:
+                return answer.exists() or bool(_egress_asks(await _pending(op), "after-rotate.example"))
+
+            await wait_until(settled, timeout=30)
+            asks = _egress_asks(await _pending(op), "after-rotate.example")
+            for ask in asks:  # (nobody approves it: the test's own cleanup)
+                await op.request("approve", {"id": ask["id"], "decision": "deny"})
+            await wait_until(answer.exists, timeout=30)
+            assert asks == [], "an egress ask of the rotated credential's run waited for the operator"
+            assert b"403" in answer.read_bytes()
+        finally:
+            await agent.close()
+            await op.close()
