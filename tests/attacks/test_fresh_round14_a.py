@@ -110,3 +110,85 @@ async def test_class1_a_host_run_of_a_rotated_credential_still_files_egress_asks
         finally:
             await agent.close()
             await op.close()
+
+
+# A host run that opens a tunnel through its egress proxy to an allowed name (the operator's `resolve`
+# maps it to the test's echo server on the host's loopback), says it is up, waits for the test, then
+# speaks through the tunnel and writes what came back (or how it ended).
+TUNNELER = r"""
+import os, socket, sys
+work, port = sys.argv[1], sys.argv[2]
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT origin.test:%s HTTP/1.1\r\nHost: origin.test:%s\r\n\r\n" % (port.encode(), port.encode()))
+head = b""
+while b"\r\n\r\n" not in head:
+    chunk = s.recv(1)
+    if not chunk:
+        break
+    head += chunk
+with open(os.path.join(work, "head"), "wb") as f:
+    f.write(head)
+open(os.path.join(work, "gate")).read()
+try:
+    s.sendall(b"after-rotate\n")
+    got = s.recv(100)
+except OSError as exc:
+    got = ("error %s" % exc).encode()
+with open(os.path.join(work, "answer"), "wb") as f:
+    f.write(got or b"(closed)")
+"""
+
+
+async def _echo_server() -> asyncio.Server:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(4096):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(echo, "127.0.0.1", 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a revoke or rotation cuts the agent's relayed egress connections (EgressProxy.cut), but "
+    "only those of listeners served with a generation: a gateway-host run's tunnel (hostnet.<agent>, "
+    "served with none) is never in the cut set, so a host run of the rotated (leaked) credential keeps "
+    "relaying through a tunnel it opened before the rotation",
+)
+async def test_class1_a_host_runs_tunnel_outlives_the_rotation_of_its_credential(
+    state_dir: Path, work: Path
+) -> None:
+    origin = await _echo_server()
+    port = origin.sockets[0].getsockname()[1]
+    config = OPS_EGRESS.replace(
+        "allow = []", f'allow = ["origin.test:{port}"]\nresolve = {{ "origin.test" = "127.0.0.1" }}'
+    )
+    write_config(state_dir, config)
+    token = principals.mint(state_dir, "ops")
+    os.mkfifo(work / "gate")
+    (work / "t.py").write_text(TUNNELER)
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        agent = await _agent(state_dir, token)
+        try:
+            res = await agent.request(
+                "exec",
+                {"command": f"python3 {work}/t.py {work} {port}", "workdir": str(work), "background": True},
+            )
+            assert res["details"]["status"] == "running", res
+            await wait_until((work / "head").exists, timeout=30)
+            assert b" 200 " in (work / "head").read_bytes(), (work / "head").read_bytes()
+            await op.request("agents.rotate", {"agent": "ops"})
+            fd = await asyncio.to_thread(os.open, work / "gate", os.O_WRONLY)
+            os.close(fd)
+            await wait_until((work / "answer").exists, timeout=30)
+            assert b"after-rotate" not in (work / "answer").read_bytes()
+        finally:
+            await agent.close()
+            await op.close()
+            origin.close()
