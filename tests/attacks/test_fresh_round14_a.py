@@ -192,3 +192,69 @@ async def test_class1_a_host_runs_tunnel_outlives_the_rotation_of_its_credential
             await agent.close()
             await op.close()
             origin.close()
+
+
+# A host run that asks for a tunnel to a name nobody allowed (the operator's `resolve` maps it to the
+# test's echo server, so nothing leaves the host), and, if it is let through, speaks through it.
+ASKER = r"""
+import os, socket, sys
+work, port = sys.argv[1], sys.argv[2]
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT origin.test:%s HTTP/1.1\r\nHost: origin.test:%s\r\n\r\n" % (port.encode(), port.encode()))
+head = b""
+while b"\r\n\r\n" not in head:
+    chunk = s.recv(1)
+    if not chunk:
+        break
+    head += chunk
+got = b""
+if b" 200 " in head:
+    s.sendall(b"through\n")
+    got = s.recv(100)
+with open(os.path.join(work, "answer"), "wb") as f:
+    f.write(head + got)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a rotation settles only the asks whose resume names the old credential "
+    "(ApprovalManager.revoke_credential); an egress ask carries no resume, so a host run of the leaked "
+    "credential that asked before the rotation keeps its ask in the inbox as the agent's, and a yes after "
+    "the rotation opens its tunnel (the host runs' listener has no generation to re-check)",
+)
+async def test_class1_an_egress_ask_made_before_a_rotation_is_still_approvable_after_it(
+    state_dir: Path, work: Path
+) -> None:
+    origin = await _echo_server()
+    port = origin.sockets[0].getsockname()[1]
+    config = OPS_EGRESS.replace("allow = []", 'allow = []\nresolve = { "origin.test" = "127.0.0.1" }')
+    write_config(state_dir, config)
+    token = principals.mint(state_dir, "ops")
+    (work / "a.py").write_text(ASKER)
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        agent = await _agent(state_dir, token)
+        try:
+            res = await agent.request(
+                "exec",
+                {"command": f"python3 {work}/a.py {work} {port}", "workdir": str(work), "background": True},
+            )
+            assert res["details"]["status"] == "running", res
+
+            async def asked() -> list[dict[str, Any]]:
+                return _egress_asks(await _pending(op), f"origin.test:{port}")
+
+            (ask,) = await wait_until(asked, timeout=30)
+            assert ask["agentId"] == "ops", ask
+            await op.request("agents.rotate", {"agent": "ops"})
+            still = await asked()
+            for row in still:  # what the inbox shows after the rotation, answered as it is shown
+                await op.request("approve", {"id": row["id"], "decision": "allow-once"})
+            await wait_until((work / "answer").exists, timeout=30)
+            assert still == [], "the leaked credential's ask was still in the inbox after the rotation"
+            assert b"through" not in (work / "answer").read_bytes()
+        finally:
+            await agent.close()
+            await op.close()
+            origin.close()
