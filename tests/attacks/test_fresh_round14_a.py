@@ -15,6 +15,8 @@ import pytest
 
 from engine import principals
 from engine.protocol.client import ControlClient
+from engine.sandbox import bwraplimits
+from tests.attacks.rawclient import RawClient
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 # ops may run anything on the gateway host (its policy is not what is attacked here); its host runs' only
@@ -258,3 +260,52 @@ async def test_class1_an_egress_ask_made_before_a_rotation_is_still_approvable_a
             await agent.close()
             await op.close()
             origin.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a revoke stops reading the agent's connections and kills its host group once, but "
+    "requests it had already sent, which the gateway had dispatched, are not ended: execs still waiting "
+    "for their turn in the agent's decision lane (one decision at a time per principal) are decided and "
+    "spawned after the kill, so the revoked agent's commands start, and keep running, after the revoke",
+)
+async def test_class1_execs_dispatched_before_a_revoke_start_after_its_kill(
+    state_dir: Path, work: Path
+) -> None:
+    write_config(state_dir, OPS_EGRESS)
+    token = principals.mint(state_dir, "ops")
+    (work / "g1").touch()
+    count = 24  # under maxSessionsPerAgent and the output budget's share of each session
+    # `g*` is a word the shell expands from the file system: its decision runs the expansion (a bwrap and a
+    # shell) in the agent's one decision lane, so the queue behind it is long compared to the revoke.
+    command = f"tail -f {work}/g*"
+    async with gateway(state_dir) as server:
+        op = await connect(state_dir)
+        agent, welcome = await RawClient.open(state_dir, credential=token)
+        try:
+            assert welcome.get("agent") == "ops", welcome
+            frames = [
+                {
+                    "type": "req",
+                    "id": n,
+                    "method": "exec",
+                    "params": {"command": command, "workdir": str(work), "background": True},
+                }
+                for n in range(count)
+            ]
+            agent.writer.write(b"".join(json.dumps(f).encode() + b"\n" for f in frames))  # one burst
+            await agent.writer.drain()
+            (conn,) = await wait_until(lambda: [c for c in server.connections if c.agent == "ops"])
+            # Every request is dispatched (a task of the gateway's) before the revoke: sent before it.
+            await wait_until(lambda: len(conn.tasks) == count or conn.closed, timeout=30)
+            assert len(conn.tasks) == count
+            answer = await op.request("agents.revoke", {"agent": "ops"})
+            assert answer["revoked"] is True
+            await asyncio.gather(*list(conn.tasks), return_exceptions=True)  # what it was dispatched settles
+            rows = (await op.request("sessions.list", {}))["sessions"]
+            alive = [r for r in rows if r.get("scopeKey") == "agent:ops" and not r.get("exited")]
+            assert alive == [], f"{len(alive)} of ops's commands run after its revoke"
+        finally:
+            agent.close()
+            await op.close()
+            await asyncio.to_thread(bwraplimits.kill_host_group, "ops")  # the test's own cleanup
