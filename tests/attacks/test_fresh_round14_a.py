@@ -309,3 +309,65 @@ async def test_class1_execs_dispatched_before_a_revoke_start_after_its_kill(
             agent.close()
             await op.close()
             await asyncio.to_thread(bwraplimits.kill_host_group, "ops")  # the test's own cleanup
+
+
+SANDBOXED = (
+    '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n'
+    '[[agents.list]]\nid = "ops"\n\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n\n'
+    '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nallow = []\nask = true\n'
+    'resolve = { "sandbox-after-revoke.test" = "127.0.0.1" }\n'
+)
+SANDBOX_ASKER = (
+    'python3 -c \'import socket; s=socket.create_connection(("127.0.0.1",3128)); '
+    's.sendall(b"CONNECT sandbox-after-revoke.test:9 HTTP/1.1\\r\\n'
+    'Host: sandbox-after-revoke.test:9\\r\\n\\r\\n"); '
+    "print(s.recv(200))'"
+)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a sandbox's egress listener takes the agent's generation as it is when a run enters "
+    "the sandbox (EgressHub.listen), and an exec dispatched before the revoke enters it after the bump: "
+    "the revoked agent's sandbox is served under the new generation, and its egress ask is filed as the "
+    "agent after the revoke",
+)
+async def test_class1_an_exec_in_flight_restamps_the_revoked_agents_sandbox_egress(state_dir: Path) -> None:
+    write_config(state_dir, SANDBOXED)
+    token = principals.mint(state_dir, "ops")
+    count = 12
+    async with gateway(state_dir) as server:
+        op = await connect(state_dir)
+        agent, welcome = await RawClient.open(state_dir, credential=token)
+        try:
+            assert welcome.get("agent") == "ops", welcome
+            frames = [
+                {
+                    "type": "req",
+                    "id": n,
+                    "method": "exec",
+                    "params": {"command": SANDBOX_ASKER if n == count - 1 else "true", "timeout": 30},
+                }
+                for n in range(count)
+            ]
+            agent.writer.write(b"".join(json.dumps(f).encode() + b"\n" for f in frames))  # one burst
+            await agent.writer.drain()
+            (conn,) = await wait_until(lambda: [c for c in server.connections if c.agent == "ops"])
+            await wait_until(lambda: len(conn.tasks) == count or conn.closed, timeout=30)
+            assert len(conn.tasks) == count
+            answer = await op.request("agents.revoke", {"agent": "ops"})
+            assert answer["revoked"] is True
+            await asyncio.gather(*list(conn.tasks), return_exceptions=True)
+            asks = _egress_asks(await _pending(op), "sandbox-after-revoke.test")
+            for ask in asks:
+                assert not ask["sessionKey"].startswith("hostnet."), ask  # its sandbox's, not a host run's
+                await op.request("approve", {"id": ask["id"], "decision": "deny"})
+            assert asks == [], "the revoked agent's sandbox filed an egress ask after the revoke"
+        finally:
+            agent.close()
+            await op.close()
+            from engine.sandbox import bwrap
+
+            await asyncio.to_thread(bwrap.remove_all)
