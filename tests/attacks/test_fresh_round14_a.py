@@ -371,3 +371,44 @@ async def test_class1_an_exec_in_flight_restamps_the_revoked_agents_sandbox_egre
             from engine.sandbox import bwrap
 
             await asyncio.to_thread(bwrap.remove_all)
+
+
+# Hellos the wire decodes leniently elsewhere but this gateway must not take as anything but a refusal:
+# a duplicate key whose last value is wrong, numbers no encoder writes back, text no UTF-8 holds.
+_ODD_HELLOS = {
+    "duplicate operator, last wrong": '"operator": "{op}", "operator": "x"',
+    "duplicate token, last wrong": '"token": "{tok}", "token": "x"',
+    "version NaN": '"version": NaN',
+    "version huge": '"version": 18446744073709551617',
+    "version true": '"version": true',
+    "operator lone surrogate": '"operator": "{op}\\ud800"',
+    "credential NUL": '"credential": "{cred}\\u0000"',
+    "credential padded past the cut": '"credential": "{cred}' + " " * 300 + '"',
+}
+
+
+@pytest.mark.parametrize("case", sorted(_ODD_HELLOS))
+async def test_an_odd_hello_is_refused_never_a_principal(state_dir: Path, case: str) -> None:
+    """Defence held: each hello below is answered with an error frame, never a welcome, so no spelling of
+    a hello makes a peer the operator or another agent."""
+    from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
+
+    write_config(state_dir, OPS_EGRESS)
+    cred = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        tok = read_token(state_dir) or ""
+        op = read_token(state_dir, OPERATOR_TOKEN_NAME) or ""
+        fields = {"token": f'"token": "{tok}"', "version": '"version": 1'}
+        extra = _ODD_HELLOS[case].format(op=op, tok=tok, cred=cred)
+        for key in ("token", "version"):
+            if f'"{key}"' in extra:
+                fields.pop(key)
+        body = ", ".join(['"type": "hello"', '"client": "raw"', *fields.values(), extra])
+        reader, writer = await asyncio.open_unix_connection(str(state_dir / "gateway.sock"))
+        try:
+            writer.write(("{" + body + "}\n").encode("utf-8", "surrogatepass"))
+            await writer.drain()
+            first = json.loads(await asyncio.wait_for(reader.readline(), 30))
+        finally:
+            writer.close()
+        assert first["type"] == "error", (case, first)
