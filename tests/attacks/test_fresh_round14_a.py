@@ -412,3 +412,45 @@ async def test_an_odd_hello_is_refused_never_a_principal(state_dir: Path, case: 
         finally:
             writer.close()
         assert first["type"] == "error", (case, first)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `agents.rotate` settles what the old credential asked only where the ask's resume data "
+    "names that credential (ApprovalManager.revoke_credential); a sandbox's egress ask has none, so the "
+    "leaked credential's ask stays in the inbox as the agent's after the rotation, and an allow-always "
+    "there writes the name into the agent's egress allowlist for good (EgressHub._remember runs before "
+    "the connection is re-checked and refused)",
+)
+async def test_class1_a_sandbox_egress_ask_of_a_rotated_credential_stays_in_the_inbox(
+    state_dir: Path,
+) -> None:
+    from engine.approvals.store import ApprovalsStore
+
+    write_config(state_dir, SANDBOXED)
+    token = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        agent = await _agent(state_dir, token)
+        try:
+            await agent.request("exec", {"command": SANDBOX_ASKER, "background": True})
+
+            async def asked() -> list[dict[str, Any]]:
+                return _egress_asks(await _pending(op), "sandbox-after-revoke.test")
+
+            (ask,) = await wait_until(asked, timeout=60)
+            assert not ask["sessionKey"].startswith("hostnet."), ask
+            await op.request("agents.rotate", {"agent": "ops"})
+            still = await asked()
+            for row in still:  # answered as the inbox shows it after the rotation
+                await op.request("approve", {"id": row["id"], "decision": "allow-always"})
+            store = ApprovalsStore(state_dir / "exec-approvals.json")
+            saved = await wait_until(lambda: store.egress_allow("ops") or not still, timeout=10)
+            assert still == [], f"the rotated credential's ask was still asked; saved for ops: {saved}"
+        finally:
+            await agent.close()
+            await op.close()
+            from engine.sandbox import bwrap
+
+            await asyncio.to_thread(bwrap.remove_all)
