@@ -454,3 +454,78 @@ async def test_class1_a_sandbox_egress_ask_of_a_rotated_credential_stays_in_the_
             from engine.sandbox import bwrap
 
             await asyncio.to_thread(bwrap.remove_all)
+
+
+async def test_another_agents_session_and_ask_ids_read_as_absent_through_every_verb(
+    state_dir: Path, work: Path
+) -> None:
+    """Defence held: agent main (the bare gateway token) knows ops's session id and ask id outright (as if
+    guessed); every verb that takes one answers exactly as for an id that does not exist, and nothing it
+    sends reaches ops's session."""
+    write_config(state_dir, OPS_EGRESS)
+    token = principals.mint(state_dir, "ops")
+    sink = work / "typed"
+    (work / "c.py").write_text(CONNECTER.replace("after-rotate.example", "guess.example"))
+    os.mkfifo(work / "gate")
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        ops = await _agent(state_dir, token)
+        main = await connect(state_dir, operator=False)
+        try:
+            res = await ops.request("exec", {"command": f"cat > {sink}", "background": True})
+            sid = res["details"]["sessionId"]
+            await ops.request(
+                "exec", {"command": f"python3 {work}/c.py {work}", "workdir": str(work), "background": True}
+            )
+            fd = await asyncio.to_thread(os.open, work / "gate", os.O_WRONLY)
+            os.close(fd)
+
+            async def asked() -> list[dict[str, Any]]:
+                return _egress_asks(await _pending(op), "guess.example")
+
+            (ask,) = await wait_until(asked, timeout=30)
+            ask_id = ask["id"]
+            verbs: list[tuple[str, dict[str, Any]]] = [
+                ("process", {"action": "poll", "sessionId": sid}),
+                ("process", {"action": "log", "sessionId": sid}),
+                ("process", {"action": "write", "sessionId": sid, "data": "from-main\n"}),
+                ("process", {"action": "send-keys", "sessionId": sid, "literal": "from-main\n"}),
+                ("process", {"action": "kill", "sessionId": sid}),
+                ("process", {"action": "remove", "sessionId": sid}),
+                ("process", {"action": "poll", "sessionId": sid, "sessionKey": "agent:ops"}),
+                ("sessions.output", {"sessionId": sid}),
+                ("sessions.resize", {"sessionId": sid, "cols": 80, "rows": 24}),
+                ("approvals.status", {"approvalId": ask_id}),
+                ("approvals.status", {"approvalId": ask_id[:8]}),
+            ]
+
+            async def answer(method: str, params: dict[str, Any]) -> str:
+                try:
+                    return json.dumps(await main.request(method, params))
+                except Exception as exc:  # RemoteError: the answer an unknown id gets
+                    return str(exc)
+
+            for method, params in verbs:
+                got = await answer(method, params)
+                # the same verb naming ids that never existed (same lengths, so no text differs by them)
+                fake = {
+                    k: ("zzzz-" + v[5:] if v in (sid, ask_id, ask_id[:8]) else v) if isinstance(v, str) else v
+                    for k, v in params.items()
+                }
+                absent = await answer(method, fake)
+                for real, made in ((sid, "zzzz-" + sid[5:]), (ask_id, "zzzz-" + ask_id[5:])):
+                    absent = absent.replace(made, real).replace(made[:8], real[:8])
+                assert got == absent, (method, params, got, absent)
+            listed = await main.request("process", {"action": "list"})
+            assert sid not in json.dumps(listed)
+            polled = await ops.request("process", {"action": "poll", "sessionId": sid})
+            assert polled["details"]["status"] == "running", polled
+            assert (await ops.request("approvals.status", {"approvalId": ask_id}))["details"]["status"] == (
+                "approval-pending"
+            )
+            assert not sink.exists() or b"from-main" not in sink.read_bytes()
+        finally:
+            await main.close()
+            await ops.close()
+            await op.close()
+            await asyncio.to_thread(bwraplimits.kill_host_group, "ops")
