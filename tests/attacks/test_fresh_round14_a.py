@@ -337,7 +337,7 @@ SANDBOX_ASKER = (
 async def test_class1_an_exec_in_flight_restamps_the_revoked_agents_sandbox_egress(state_dir: Path) -> None:
     write_config(state_dir, SANDBOXED)
     token = principals.mint(state_dir, "ops")
-    count = 12
+    count = 20  # the asker last: it enters the sandbox behind 19 others, long after the revoke
     async with gateway(state_dir) as server:
         op = await connect(state_dir)
         agent, welcome = await RawClient.open(state_dir, credential=token)
