@@ -1,0 +1,113 @@
+"""Fresh round 14 c: issue 27 §1 (no ambient credentials), aimed at the authority a run can read or reach.
+
+Every attack here runs a command of an agent on the gateway host (`host = "gateway"`, the bwrap host view)
+through a real gateway, and looks for something that authenticates by being present: a Unix socket whose
+server trusts the peer's uid (SO_PEERCRED), a file, a keyring, an inherited fd or variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.attacks.harness import attempt
+from tests.helpers.gateway import FULL
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+# Where the cluster listens: a directory of the postgres account's own, outside the home and every hostPrivate
+# default. (Debian's /run/postgresql behaves the same on a machine whose /run holds no Docker socket; here the
+# view shows /run as a socket-free copy only because it hides /run/docker.sock: see the report.)
+PG_HOME = Path("/var/lib/postgresql")
+PSQL = shutil.which("psql") or "/usr/bin/psql"
+SECRET = "s3cret-row-only-the-operators-role-may-read"
+
+
+def _postgres_account() -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        return None
+
+
+needs_postgres = pytest.mark.skipif(
+    os.geteuid() != 0
+    or _postgres_account() is None
+    or not (PG_BIN / "postgres").exists()
+    or not PG_HOME.is_dir()
+    or not os.path.exists(PSQL)
+    or shutil.which("setpriv") is None,
+    reason="needs root, setpriv, PostgreSQL 15 (Debian layout), psql and /var/lib/postgresql",
+)
+
+
+def _as_postgres(*argv: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["setpriv", "--reuid=postgres", "--regid=postgres", "--clear-groups", *argv],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def operators_database() -> Iterator[str]:
+    """The operator's PostgreSQL as Debian sets it up: a cluster of the postgres account, listening only on
+    its Unix socket (no TCP), `local all all peer` (a connection is the database role
+    named like the peer's Unix account: SO_PEERCRED, no password), and a role for the operator's account
+    holding a table only that role may read. Yields the socket's directory."""
+    account = _postgres_account()
+    assert account is not None
+    data = Path(tempfile.mkdtemp(prefix="eh14c-pg-", dir=PG_HOME))
+    os.chmod(data, 0o755)
+    os.chown(data, account.pw_uid, account.pw_gid)
+    operator = pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        _as_postgres(str(PG_BIN / "initdb"), "-D", str(data / "d"), "--auth-local=peer", "-U", "postgres")
+        _as_postgres(
+            str(PG_BIN / "pg_ctl"),
+            "-D",
+            str(data / "d"),
+            "-w",
+            "-l",
+            str(data / "log"),
+            "-o",
+            f"-c listen_addresses='' -c unix_socket_directories='{data}'",
+            "start",
+        )
+        sql = (
+            f'CREATE ROLE "{operator}" LOGIN; CREATE TABLE vault(s text); '
+            f"INSERT INTO vault VALUES ('{SECRET}'); REVOKE ALL ON vault FROM PUBLIC; "
+            f'GRANT SELECT ON vault TO "{operator}";'
+        )
+        _as_postgres(PSQL, "-h", str(data), "-U", "postgres", "-c", sql)
+        yield str(data)
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data / "d"), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@needs_postgres
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a Unix socket outside the home and the private dirs is connectable from every host run, "
+    "and its server sees the gateway's uid (SO_PEERCRED): the operator's PostgreSQL with Debian's `local all "
+    "all peer` hands agent main's psql the operator's database role and a table only that role may read, "
+    "though the same database on 127.0.0.1 is cut off by the run's own network namespace",
+)
+async def test_class1_the_operators_database_by_peer_auth_is_a_host_runs(
+    state_dir: Path, operators_database: str
+) -> None:
+    command = f"psql -h {operators_database} -d postgres -Atc 'select s from vault'"
+    details = await attempt(state_dir, command, config=FULL)
+    assert SECRET not in details["_text"], details["_text"]
