@@ -59,17 +59,43 @@ def _as_postgres(*argv: str, **kw: object) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
-def operators_database() -> Iterator[str]:
-    """The operator's PostgreSQL as Debian sets it up: a cluster of the postgres account, listening only on
-    its Unix socket (no TCP), `local all all peer` (a connection is the database role
-    named like the peer's Unix account: SO_PEERCRED, no password), and a role for the operator's account
-    holding a table only that role may read. Yields the socket's directory."""
+def _free_port(directory: Path) -> int:
+    # A socket name free in `directory` (the cluster listens on no TCP address at all).
+    for port in range(54300, 54400):
+        if not any((directory / f".s.PGSQL.{port}{end}").exists() for end in ("", ".lock")):
+            return port
+    raise AssertionError(f"no free socket name in {directory}")
+
+
+@pytest.fixture(params=["own-dir", "run-postgresql"])
+def operators_database(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, int]]:
+    """The operator's PostgreSQL as Debian sets it up: a cluster of the postgres account listening only on
+    a Unix socket (no TCP), `local all all peer` (a connection is the database role named like the peer's
+    Unix account, by SO_PEERCRED, no password), and a role for the operator's account holding a table only
+    that role may read. Yields (socket dir, port).
+
+    own-dir: the socket in a directory of the postgres account's own (/var/lib/postgresql/…).
+    run-postgresql: Debian's own /run/postgresql, on a machine with no Docker socket in /run. (This machine
+    has /run/docker.sock, which the view hides by showing /run as a socket-free copy, dirshadow: the copy
+    goes with the socket. The gateway runs in this process, so `engine_sockets` is made to find none, as
+    on a machine without Docker; nothing else changes.)"""
     account = _postgres_account()
     assert account is not None
     data = Path(tempfile.mkdtemp(prefix="eh14c-pg-", dir=PG_HOME))
     os.chmod(data, 0o755)
     os.chown(data, account.pw_uid, account.pw_gid)
+    if request.param == "own-dir":
+        sockets = data
+    else:
+        sockets = Path("/run/postgresql")
+        if not sockets.is_dir():
+            pytest.skip("no /run/postgresql")
+        from engine.tools import exec_host
+
+        monkeypatch.setattr(exec_host, "engine_sockets", lambda: ())
+    port = _free_port(sockets)
     operator = pwd.getpwuid(os.geteuid()).pw_name
     try:
         _as_postgres(str(PG_BIN / "initdb"), "-D", str(data / "d"), "--auth-local=peer", "-U", "postgres")
@@ -81,7 +107,7 @@ def operators_database() -> Iterator[str]:
             "-l",
             str(data / "log"),
             "-o",
-            f"-c listen_addresses='' -c unix_socket_directories='{data}'",
+            f"-c listen_addresses='' -c unix_socket_directories='{sockets}' -p {port}",
             "start",
         )
         sql = (
@@ -89,8 +115,8 @@ def operators_database() -> Iterator[str]:
             f"INSERT INTO vault VALUES ('{SECRET}'); REVOKE ALL ON vault FROM PUBLIC; "
             f'GRANT SELECT ON vault TO "{operator}";'
         )
-        _as_postgres(PSQL, "-h", str(data), "-U", "postgres", "-c", sql)
-        yield str(data)
+        _as_postgres(PSQL, "-h", str(sockets), "-p", str(port), "-U", "postgres", "-c", sql)
+        yield str(sockets), port
     finally:
         with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
             _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data / "d"), "-m", "immediate", "-w", "stop")
@@ -106,8 +132,15 @@ def operators_database() -> Iterator[str]:
     "though the same database on 127.0.0.1 is cut off by the run's own network namespace",
 )
 async def test_class1_the_operators_database_by_peer_auth_is_a_host_runs(
-    state_dir: Path, operators_database: str
+    state_dir: Path, operators_database: tuple[str, int]
 ) -> None:
-    command = f"psql -h {operators_database} -d postgres -Atc 'select s from vault'"
-    details = await attempt(state_dir, command, config=FULL)
+    sockets, port = operators_database
+    work = state_dir.parent / "w"
+    work.mkdir()
+    command = f"psql -h {sockets} -p {port} -d postgres -Atc 'select s from vault'"
+    # security = "full": the agent may run anything on the gateway host, in the host view, which is what
+    # keeps the operator's authority from it at every level (an allowlisted psql asks every time: it can
+    # run shell commands, so treeSafe refuses it).
+    details = await attempt(state_dir, command, config=FULL, workdir=str(work))
+    assert details["status"] == "completed", details
     assert SECRET not in details["_text"], details["_text"]
