@@ -67,7 +67,7 @@ def _free_port(directory: Path) -> int:
     raise AssertionError(f"no free socket name in {directory}")
 
 
-@pytest.fixture(params=["own-dir", "run-postgresql"])
+@pytest.fixture
 def operators_database(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, int]]:
@@ -80,18 +80,34 @@ def operators_database(
     run-postgresql: Debian's own /run/postgresql, on a machine with no Docker socket in /run. (This machine
     has /run/docker.sock, which the view hides by showing /run as a socket-free copy, dirshadow: the copy
     goes with the socket. The gateway runs in this process, so `engine_sockets` is made to find none, as
-    on a machine without Docker; nothing else changes.)"""
+    on a machine without Docker; nothing else changes.)
+    run-postgresql-busy-run: Debian's /run/postgresql on this machine as it is, /run/docker.sock and all,
+    with /run as busy as a Docker host's with many containers (per-container dirs and fifos): the socket-free
+    copy of /run has a budget of 512 entries (dirshadow.MAX_ENTRIES), past which each directory it reaches
+    is bound whole, its sockets in it. A directory of 300 one-file subdirectories stands in for that state
+    (made before the gateway starts, removed after).
+    run-postgresql-shadowed: the control, this machine as it is: /run/docker.sock is hidden, so /run is shown
+    as a socket-free copy, and /run/postgresql's socket is not in it."""
+    param = request.param
+    if param != "own-dir" and not Path("/run/postgresql").is_dir():
+        pytest.skip("no /run/postgresql")
+    if param in ("run-postgresql-busy-run", "run-postgresql-shadowed") and not os.path.exists(
+        "/run/docker.sock"
+    ):
+        pytest.skip("no Docker socket in /run: nothing shows /run as a copy")
     account = _postgres_account()
     assert account is not None
     data = Path(tempfile.mkdtemp(prefix="eh14c-pg-", dir=PG_HOME))
     os.chmod(data, 0o755)
     os.chown(data, account.pw_uid, account.pw_gid)
-    if request.param == "own-dir":
-        sockets = data
-    else:
-        sockets = Path("/run/postgresql")
-        if not sockets.is_dir():
-            pytest.skip("no /run/postgresql")
+    sockets = data if param == "own-dir" else Path("/run/postgresql")
+    busy: Path | None = None
+    if param == "run-postgresql-busy-run":
+        busy = Path(tempfile.mkdtemp(prefix="eh14c-busy-", dir="/run"))
+        for n in range(300):
+            (busy / f"c{n:03}").mkdir()
+            (busy / f"c{n:03}" / "state").write_text("")
+    elif param == "run-postgresql":
         from engine.tools import exec_host
 
         monkeypatch.setattr(exec_host, "engine_sockets", lambda: ())
@@ -121,15 +137,21 @@ def operators_database(
         with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
             _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data / "d"), "-m", "immediate", "-w", "stop")
         shutil.rmtree(data, ignore_errors=True)
+        if busy is not None:
+            shutil.rmtree(busy, ignore_errors=True)
 
 
 @needs_postgres
+@pytest.mark.parametrize(
+    "operators_database", ["own-dir", "run-postgresql", "run-postgresql-busy-run"], indirect=True
+)
 @pytest.mark.xfail(
     strict=True,
     reason="open: a Unix socket outside the home and the private dirs is connectable from every host run, "
     "and its server sees the gateway's uid (SO_PEERCRED): the operator's PostgreSQL with Debian's `local all "
     "all peer` hands agent main's psql the operator's database role and a table only that role may read, "
-    "though the same database on 127.0.0.1 is cut off by the run's own network namespace",
+    "though the same database on 127.0.0.1 is cut off by the run's own network namespace (on a Docker host "
+    "/run is a socket-free copy only while it has under 512 entries)",
 )
 async def test_class1_the_operators_database_by_peer_auth_is_a_host_runs(
     state_dir: Path, operators_database: tuple[str, int]
@@ -144,3 +166,19 @@ async def test_class1_the_operators_database_by_peer_auth_is_a_host_runs(
     details = await attempt(state_dir, command, config=FULL, workdir=str(work))
     assert details["status"] == "completed", details
     assert SECRET not in details["_text"], details["_text"]
+
+
+@needs_postgres
+@pytest.mark.parametrize("operators_database", ["run-postgresql-shadowed"], indirect=True)
+async def test_class1_the_shadowed_run_hides_the_databases_socket(
+    state_dir: Path, operators_database: tuple[str, int]
+) -> None:
+    """The defence that holds here, by accident of the Docker socket's place: /run as a socket-free copy."""
+    sockets, port = operators_database
+    work = state_dir.parent / "w"
+    work.mkdir()
+    command = f"psql -h {sockets} -p {port} -d postgres -Atc 'select s from vault'"
+    details = await attempt(state_dir, command, config=FULL, workdir=str(work))
+    assert details["status"] == "completed", details
+    assert SECRET not in details["_text"]
+    assert "No such file or directory" in details["_text"], details["_text"]
