@@ -182,3 +182,39 @@ async def test_class1_the_shadowed_run_hides_the_databases_socket(
     assert details["status"] == "completed", details
     assert SECRET not in details["_text"]
     assert "No such file or directory" in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None or shutil.which("git") is None, reason="needs bwrap and git"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a file the operator keeps from other accounts (0600) is shown to every host run when git's "
+    "global config includes it (kept readable so the run's git sees the operator's identity): the usual "
+    "`[include] path = ~/.gitconfig.local` holding sendemail.smtpPass (or a token in http.extraHeader) is "
+    "read by agent main's allowlisted cat",
+)
+async def test_class1_a_private_file_the_gitconfig_includes_is_a_host_runs(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".gitconfig").write_text("[user]\n\tname = Op\n[include]\n\tpath = ~/.gitconfig.local\n")
+    local = home / ".gitconfig.local"
+    local.write_text(f"[sendemail]\n\tsmtpUser = op@example.org\n\tsmtpPass = {SECRET}\n")
+    os.chmod(local, 0o600)
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat .gitconfig.local", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+async def test_class1_the_same_private_file_not_included_is_hidden(state_dir: Path) -> None:
+    """The control: with no include naming it, the 0600 file is the empty file in the view."""
+    home = Path(os.environ["HOME"])
+    (home / ".gitconfig").write_text("[user]\n\tname = Op\n")
+    local = home / ".gitconfig.local"
+    local.write_text(f"[sendemail]\n\tsmtpPass = {SECRET}\n")
+    os.chmod(local, 0o600)
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat .gitconfig.local", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"]
