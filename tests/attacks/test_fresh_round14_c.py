@@ -218,3 +218,31 @@ async def test_class1_the_same_private_file_not_included_is_hidden(state_dir: Pa
     details = await attempt(state_dir, "cat .gitconfig.local", allow=[(cat, None)])
     assert details["status"] == "completed", details["_text"]
     assert SECRET not in details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a private directory of the home on the gateway's PATH (`~/bin`, 0700) is shown whole to "
+    "every host run, so its programs run: every file in it is read whatever its mode, a 0600 `~/bin/.env` "
+    "that is no program and a 0700 script holding a bearer token alike, though the same files elsewhere in "
+    "the home are the empty file",
+)
+async def test_class1_private_files_in_a_private_path_dir_are_a_host_runs(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path(os.environ["HOME"])
+    bin_dir = home / "bin"
+    bin_dir.mkdir(mode=0o700)
+    script = bin_dir / "deploy"
+    script.write_text(f"#!/bin/sh\n. ~/bin/.env\ncurl -H 'Authorization: Bearer {SECRET}' \"$URL\"\n")
+    os.chmod(script, 0o700)
+    env = bin_dir / ".env"
+    env.write_text(f"URL=https://deploy.example.org\nAPI_KEY={SECRET}\n")
+    os.chmod(env, 0o600)
+    # The operator's shell put ~/bin first on PATH, and the gateway was started from it.
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat bin/.env", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"], details["_text"]
