@@ -246,3 +246,50 @@ async def test_class1_private_files_in_a_private_path_dir_are_a_host_runs(
     details = await attempt(state_dir, "cat bin/.env", allow=[(cat, None)])
     assert details["status"] == "completed", details["_text"]
     assert SECRET not in details["_text"], details["_text"]
+
+
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-the-operators-own-key\n"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.parametrize("include", ["~/.ssh/config-*", "config-*", "~/.ssh/*.conf"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an ssh `Include` glob's directory is kept whole and readable in every host view (a run "
+    "must not make a file there), and for a glob directly in ~/.ssh (`Include ~/.ssh/config-*`, `Include "
+    "*.conf`) that directory is ~/.ssh itself: the operator's private key ~/.ssh/id_ed25519 (0600 in a 0700 "
+    "dir) is read by agent main's allowlisted cat",
+)
+async def test_class1_an_include_glob_in_ssh_shows_the_operators_private_key(
+    state_dir: Path, include: str
+) -> None:
+    home = Path(os.environ["HOME"])
+    ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "config").write_text(f"Include {include}\n\nHost *\n  ServerAliveInterval 30\n")
+    (ssh / ("work.conf" if include.endswith(".conf") else "config-work")).write_text("Host w\n  User op\n")
+    (ssh / "id_ed25519").write_text(KEY)
+    for f in ssh.iterdir():
+        os.chmod(f, 0o600)
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat .ssh/id_ed25519", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert "the-operators-own-key" not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.parametrize("include", ["", "Include config.d/*\n"])
+async def test_class1_the_ssh_key_is_hidden_with_no_glob_in_ssh_itself(state_dir: Path, include: str) -> None:
+    """The control: with no Include, or a glob in a subdirectory, ~/.ssh's key is the empty file."""
+    home = Path(os.environ["HOME"])
+    ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "config.d").mkdir(mode=0o700)
+    (ssh / "config").write_text(f"{include}Host *\n  ServerAliveInterval 30\n")
+    (ssh / "id_ed25519").write_text(KEY)
+    os.chmod(ssh / "config", 0o600)
+    os.chmod(ssh / "id_ed25519", 0o600)
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat .ssh/id_ed25519", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert "the-operators-own-key" not in details["_text"]
