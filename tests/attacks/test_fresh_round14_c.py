@@ -252,7 +252,7 @@ KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-the-operato
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
-@pytest.mark.parametrize("include", ["~/.ssh/config-*", "config-*", "~/.ssh/*.conf"])
+@pytest.mark.parametrize("include", ["~/.ssh/config-*", "config-*", "~/.ssh/*.conf", "~/.ssh/*/config"])
 @pytest.mark.xfail(
     strict=True,
     reason="open: an ssh `Include` glob's directory is kept whole and readable in every host view (a run "
@@ -267,10 +267,17 @@ async def test_class1_an_include_glob_in_ssh_shows_the_operators_private_key(
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700)
     (ssh / "config").write_text(f"Include {include}\n\nHost *\n  ServerAliveInterval 30\n")
-    (ssh / ("work.conf" if include.endswith(".conf") else "config-work")).write_text("Host w\n  User op\n")
+    if include.endswith("/config"):
+        (ssh / "work").mkdir(mode=0o700)
+        (ssh / "work" / "config").write_text("Host w\n  User op\n")
+    else:
+        (ssh / ("work.conf" if include.endswith(".conf") else "config-work")).write_text(
+            "Host w\n  User op\n"
+        )
     (ssh / "id_ed25519").write_text(KEY)
     for f in ssh.iterdir():
-        os.chmod(f, 0o600)
+        if f.is_file():
+            os.chmod(f, 0o600)
     cat = shutil.which("cat") or "/usr/bin/cat"
     details = await attempt(state_dir, "cat .ssh/id_ed25519", allow=[(cat, None)])
     assert details["status"] == "completed", details["_text"]
@@ -293,3 +300,31 @@ async def test_class1_the_ssh_key_is_hidden_with_no_glob_in_ssh_itself(state_dir
     details = await attempt(state_dir, "cat .ssh/id_ed25519", allow=[(cat, None)])
     assert details["status"] == "completed", details["_text"]
     assert "the-operators-own-key" not in details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an ssh `Include ~/.config/*/ssh_config` (per-tool ssh configs) keeps ~/.config whole and "
+    "readable in every host view, the private dirs in it too: the operator's Chromium profile (0700, its "
+    "Cookies DB 0600: fresh round 11 a's attack) is read by agent main's allowlisted cat again",
+)
+async def test_class1_an_include_glob_in_dot_config_shows_the_browser_profile(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "config").write_text("Include ~/.config/*/ssh_config\n")
+    os.chmod(ssh / "config", 0o600)
+    config = home / ".config"
+    config.mkdir(mode=0o700)
+    (config / "colima").mkdir()
+    (config / "colima" / "ssh_config").write_text("Host colima\n  HostName 127.0.0.1\n")
+    profile = config / "chromium" / "Default"
+    profile.mkdir(parents=True)
+    os.chmod(config / "chromium", 0o700)
+    (profile / "Cookies").write_text(f"v10-encrypted-session-{SECRET}")
+    os.chmod(profile / "Cookies", 0o600)
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat .config/chromium/Default/Cookies", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"], details["_text"]
