@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attacks.harness import attempt
+from tests.attacks.harness import ALLOWLIST, attempt
 from tests.helpers.gateway import FULL
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -327,4 +327,42 @@ async def test_class1_an_include_glob_in_dot_config_shows_the_browser_profile(st
     cat = shutil.which("cat") or "/usr/bin/cat"
     details = await attempt(state_dir, "cat .config/chromium/Default/Cookies", allow=[(cat, None)])
     assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: another agent's `pathPrepend` dir is shown whole and readable in every agent's host view "
+    "(kept readable so its programs run, even when private; not covered as another agent's hostWritable "
+    "dir is): agent main's allowlisted cat reads ops's 0700 `~/ops-bin/deploy` and the token in it",
+)
+async def test_class1_another_agents_private_path_prepend_dir_is_a_host_runs(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    tools = home / "ops-bin"
+    tools.mkdir(mode=0o700)
+    (tools / "deploy").write_text(f"#!/bin/sh\nexec curl -H 'Authorization: Bearer {SECRET}' \"$@\"\n")
+    os.chmod(tools / "deploy", 0o700)
+    config = (
+        f'{ALLOWLIST}\n[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\npathPrepend = ["~/ops-bin"]\n'
+    )
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat ops-bin/deploy", allow=[(cat, None)], config=config)
+    assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+async def test_class1_another_agents_private_writable_dir_is_covered(state_dir: Path) -> None:
+    """The control: the same dir as ops's `hostWritable` is an empty cover in main's view."""
+    home = Path(os.environ["HOME"])
+    tools = home / "ops-bin"
+    tools.mkdir(mode=0o700)
+    (tools / "deploy").write_text(f"#!/bin/sh\nexec curl -H 'Authorization: Bearer {SECRET}' \"$@\"\n")
+    os.chmod(tools / "deploy", 0o700)
+    config = (
+        f'{ALLOWLIST}\n[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\nhostWritable = ["~/ops-bin"]\n'
+    )
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat ops-bin/deploy", allow=[(cat, None)], config=config)
     assert SECRET not in details["_text"], details["_text"]
