@@ -366,3 +366,27 @@ async def test_class1_another_agents_private_writable_dir_is_covered(state_dir: 
     cat = shutil.which("cat") or "/usr/bin/cat"
     details = await attempt(state_dir, "cat ops-bin/deploy", allow=[(cat, None)], config=config)
     assert SECRET not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a private directory of the home the gateway's Python imports from (a PYTHONPATH entry "
+    "the starting client passed, `~/pylib`, 0700) is kept readable whole in every host view: the 0600 "
+    "`settings_local.py` holding the operator's database password is read by agent main's allowlisted cat",
+)
+async def test_class1_private_files_in_a_private_import_dir_are_a_host_runs(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path(os.environ["HOME"])
+    lib = home / "pylib"
+    lib.mkdir(mode=0o700)
+    local = lib / "settings_local.py"
+    local.write_text(f"DATABASE_PASSWORD = {SECRET!r}\n")
+    os.chmod(local, 0o600)
+    # The gateway (in this process, as the daemon a client started with its PYTHONPATH) imports from it.
+    monkeypatch.syspath_prepend(str(lib))
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat pylib/settings_local.py", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"], details["_text"]
