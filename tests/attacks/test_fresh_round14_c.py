@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.attacks.harness import ALLOWLIST, attempt
-from tests.helpers.gateway import FULL
+from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # Where the cluster listens: a directory of the postgres account's own, outside the home and every hostPrivate
@@ -390,3 +390,54 @@ async def test_class1_private_files_in_a_private_import_dir_are_a_host_runs(
     details = await attempt(state_dir, "cat pylib/settings_local.py", allow=[(cat, None)])
     assert details["status"] == "completed", details["_text"]
     assert SECRET not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the private files a view hides are found when the view is made; a credential the "
+    "operator saves afterwards, 0600 from its first byte (the README's `install -m 0600 /dev/null "
+    "~/.config/ops.token`, then the token), is read by agent main's host run that was already running (a new "
+    "run gets the empty file)",
+)
+async def test_class1_a_credential_saved_after_a_run_started_is_that_runs(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".config").mkdir(mode=0o755)
+    work = home / "work"
+    work.mkdir()
+    go = work / "go"
+    os.mkfifo(go)
+    token = home / ".config" / "ops.token"
+    config = FULL + 'hostWritable = ["~/work"]\n'
+    write_config(state_dir, config)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            # Blocks on the fifo (the agent's own dir) until the operator has saved the token: no lookup
+            # of the token's name before it exists, so no negative entry in the run's overlay either.
+            command = "read x < ~/work/go; cat ~/.config/ops.token; echo END"
+            started = await client.request(
+                "exec", {"command": command, "agentId": "main", "background": True, "workdir": str(work)}
+            )
+            session = started["details"]["sessionId"]
+            fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            os.write(fd, f"{SECRET}\n".encode())
+            os.close(fd)
+            writer = os.open(go, os.O_RDWR)  # never blocks; held until the run has read
+            os.write(writer, b"go\n")
+            seen: dict[str, str] = {}
+
+            async def ended() -> bool:
+                polled = await client.request(
+                    "process", {"action": "poll", "sessionId": session, "agentId": "main"}
+                )
+                seen["text"] = polled["text"]
+                return "END" in polled["text"]
+
+            try:
+                await wait_until(ended, timeout=20)
+            finally:
+                os.close(writer)
+        finally:
+            await client.close()
+    assert SECRET not in seen["text"], seen["text"]
