@@ -441,3 +441,24 @@ async def test_class1_a_credential_saved_after_a_run_started_is_that_runs(state_
         finally:
             await client.close()
     assert SECRET not in seen["text"], seen["text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None, reason="needs bwrap, git")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's git `core.hooksPath` dir is kept whole in every host view, readable even "
+    "when private (0700): the 0700 pre-push hook holding a webhook secret is read by agent main's "
+    "allowlisted cat (a private credential-helper script, by contrast, is the empty file)",
+)
+async def test_class1_a_private_hooks_path_dir_is_a_host_runs(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    hooks = home / ".githooks"
+    hooks.mkdir(mode=0o700)
+    hook = hooks / "pre-push"
+    hook.write_text(f"#!/bin/sh\ncurl -s -d 'pushed' https://hooks.example.org/services/{SECRET}\n")
+    os.chmod(hook, 0o700)
+    (home / ".gitconfig").write_text("[core]\n\thooksPath = ~/.githooks\n")
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, "cat .githooks/pre-push", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert SECRET not in details["_text"], details["_text"]
