@@ -11,6 +11,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -67,6 +68,12 @@ def _free_port(directory: Path) -> int:
     raise AssertionError(f"no free socket name in {directory}")
 
 
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.fixture
 def operators_database(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -86,10 +93,12 @@ def operators_database(
     copy of /run has a budget of 512 entries (dirshadow.MAX_ENTRIES), past which each directory it reaches
     is bound whole, its sockets in it. A directory of 300 one-file subdirectories stands in for that state
     (made before the gateway starts, removed after).
+    tcp-trust: the cluster also on 127.0.0.1 with `host all all 127.0.0.1/32 trust` (a developer's
+    machine), for the control that a host run's own network namespace cuts it off.
     run-postgresql-shadowed: the control, this machine as it is: /run/docker.sock is hidden, so /run is shown
     as a socket-free copy, and /run/postgresql's socket is not in it."""
     param = request.param
-    if param != "own-dir" and not Path("/run/postgresql").is_dir():
+    if param not in ("own-dir", "tcp-trust") and not Path("/run/postgresql").is_dir():
         pytest.skip("no /run/postgresql")
     if param in ("run-postgresql-busy-run", "run-postgresql-shadowed") and not os.path.exists(
         "/run/docker.sock"
@@ -100,7 +109,7 @@ def operators_database(
     data = Path(tempfile.mkdtemp(prefix="eh14c-pg-", dir=PG_HOME))
     os.chmod(data, 0o755)
     os.chown(data, account.pw_uid, account.pw_gid)
-    sockets = data if param == "own-dir" else Path("/run/postgresql")
+    sockets = data if param in ("own-dir", "tcp-trust") else Path("/run/postgresql")
     busy: Path | None = None
     if param == "run-postgresql-busy-run":
         busy = Path(tempfile.mkdtemp(prefix="eh14c-busy-", dir="/run"))
@@ -111,10 +120,19 @@ def operators_database(
         from engine.tools import exec_host
 
         monkeypatch.setattr(exec_host, "engine_sockets", lambda: ())
-    port = _free_port(sockets)
+    port = _free_port(sockets) if param != "tcp-trust" else _free_tcp_port()
+    listen = "127.0.0.1" if param == "tcp-trust" else ""
     operator = pwd.getpwuid(os.geteuid()).pw_name
     try:
-        _as_postgres(str(PG_BIN / "initdb"), "-D", str(data / "d"), "--auth-local=peer", "-U", "postgres")
+        _as_postgres(
+            str(PG_BIN / "initdb"),
+            "-D",
+            str(data / "d"),
+            "--auth-local=peer",
+            "--auth-host=trust",
+            "-U",
+            "postgres",
+        )
         _as_postgres(
             str(PG_BIN / "pg_ctl"),
             "-D",
@@ -123,7 +141,7 @@ def operators_database(
             "-l",
             str(data / "log"),
             "-o",
-            f"-c listen_addresses='' -c unix_socket_directories='{sockets}' -p {port}",
+            f"-c listen_addresses='{listen}' -c unix_socket_directories='{sockets}' -p {port}",
             "start",
         )
         sql = (
@@ -462,3 +480,20 @@ async def test_class1_a_private_hooks_path_dir_is_a_host_runs(state_dir: Path) -
     details = await attempt(state_dir, "cat .githooks/pre-push", allow=[(cat, None)])
     assert details["status"] == "completed", details["_text"]
     assert SECRET not in details["_text"], details["_text"]
+
+
+@needs_postgres
+@pytest.mark.parametrize("operators_database", ["tcp-trust"], indirect=True)
+async def test_class1_the_operators_database_on_loopback_is_not_a_host_runs(
+    state_dir: Path, operators_database: tuple[str, int]
+) -> None:
+    """The defence that holds (fresh round 11 a): the same database with `trust` on 127.0.0.1 is not in the
+    run's network namespace, which has a loopback of its own."""
+    _, port = operators_database
+    work = state_dir.parent / "w"
+    work.mkdir()
+    command = f"psql -h 127.0.0.1 -p {port} -d postgres -Atc 'select s from vault'"
+    details = await attempt(state_dir, command, config=FULL, workdir=str(work))
+    assert details["status"] == "completed", details
+    assert SECRET not in details["_text"]
+    assert "Connection refused" in details["_text"], details["_text"]
