@@ -8,6 +8,7 @@ server trusts the peer's uid (SO_PEERCRED), a file, a keyring, an inherited fd o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -549,3 +550,23 @@ async def test_class1_the_accounts_user_keyrings_are_a_host_runs(state_dir: Path
             libc.syscall(nr_keyctl, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE
     assert details["status"] == "completed", details["_text"]
     assert SECRET not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: only the gateway's own state dir is covered in its views; a second gateway of the same "
+    "account with its state dir outside the home (`OPENCLAW_STATE_DIR=/srv/exechost-b`, 0700) is read "
+    "whole by agent main's allowlisted cat: its operator token (and gateway token, agents' credentials)",
+)
+async def test_class1_another_gateways_state_dir_outside_the_home_is_a_host_runs(state_dir: Path) -> None:
+    other = state_dir.parent / "srv-exechost-b"  # outside the home and every private dir, as /srv is
+    other.mkdir(mode=0o700)
+    write_config(other, FULL)
+    async with gateway(other):  # gateway B makes its tokens
+        pass
+    token = json.loads((other / "operator.json").read_text())["token"]
+    cat = shutil.which("cat") or "/usr/bin/cat"
+    details = await attempt(state_dir, f"cat {other}/operator.json", allow=[(cat, None)])
+    assert details["status"] == "completed", details["_text"]
+    assert token not in details["_text"], details["_text"]
