@@ -350,21 +350,28 @@ async def test_class1_an_include_glob_in_dot_config_shows_the_browser_profile(st
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.parametrize(
+    "table",
+    [
+        '[agents.list.tools.exec]\npathPrepend = ["~/ops-bin"]',
+        '[agents.list.sandbox.bwrap]\nrootfs = "~/ops-bin"',
+    ],
+)
 @pytest.mark.xfail(
     strict=True,
-    reason="open: another agent's `pathPrepend` dir is shown whole and readable in every agent's host view "
-    "(kept readable so its programs run, even when private; not covered as another agent's hostWritable "
-    "dir is): agent main's allowlisted cat reads ops's 0700 `~/ops-bin/deploy` and the token in it",
+    reason="open: another agent's `pathPrepend` dir or bwrap `rootfs` is shown whole and readable in every "
+    "agent's host view (a trusted dir, kept readable even when private; not covered as another agent's "
+    "hostWritable dir is): agent main's allowlisted cat reads the token in ops's 0700 `~/ops-bin/deploy`",
 )
-async def test_class1_another_agents_private_path_prepend_dir_is_a_host_runs(state_dir: Path) -> None:
+async def test_class1_another_agents_private_path_prepend_dir_is_a_host_runs(
+    state_dir: Path, table: str
+) -> None:
     home = Path(os.environ["HOME"])
     tools = home / "ops-bin"
     tools.mkdir(mode=0o700)
     (tools / "deploy").write_text(f"#!/bin/sh\nexec curl -H 'Authorization: Bearer {SECRET}' \"$@\"\n")
     os.chmod(tools / "deploy", 0o700)
-    config = (
-        f'{ALLOWLIST}\n[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\npathPrepend = ["~/ops-bin"]\n'
-    )
+    config = f'{ALLOWLIST}\n[[agents.list]]\nid = "ops"\n{table}\n'
     cat = shutil.which("cat") or "/usr/bin/cat"
     details = await attempt(state_dir, "cat ops-bin/deploy", allow=[(cat, None)], config=config)
     assert details["status"] == "completed", details["_text"]
