@@ -7,6 +7,13 @@ the others are regression tests (attempts that failed).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import pty
+import re
+import select
+import sys
 from pathlib import Path
 
 import pyte
@@ -15,6 +22,9 @@ import pytest
 from console.app import ConsoleApp
 from engine.approvals.store import ApprovalsStore
 from tests.console.test_console import running_console, until
+from tests.helpers.gateway import connect, gateway, write_config
+
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 # UTF-8 encoded C1 controls, written by printf as octal bytes so the command text itself stays ASCII:
 # U+009B is CSI, U+009D is OSC and U+009C is ST — the 8-bit forms of ESC [, ESC ] and ESC \.
@@ -64,3 +74,85 @@ async def test_c1_controls_in_session_output_reach_the_operators_terminal(state_
         pyte.Stream(screen).feed(line)
         assert (screen.title, screen.display[2][:12]) != ("PWNED", "FAKE-APPROVE")
         assert "\x9b" not in painted and "\x9d" not in painted
+
+
+# The operator's `t` in the Sessions tab: console.attach writes the session's output to the real terminal.
+ATTACH_CHILD = """
+import sys
+from pathlib import Path
+from console.attach import attach_session
+attach_session(Path(sys.argv[1]), sys.argv[2], {"scopeKey": "agent:main"})
+"""
+OSC52 = b"\x1b]52;c;cm0gLXJmIH4K\x07"  # the operator's clipboard becomes `rm -rf ~` (base64)
+
+
+async def _read_until(fd: int, wanted: bytes, limit: int = 1 << 20) -> bytes:
+    """The PTY master's bytes until the regex `wanted` matches (or the child closes the terminal)."""
+    seen = b""
+    while not re.search(wanted, seen) and len(seen) < limit:
+        ready = await asyncio.to_thread(select.select, [fd], [], [], 30)
+        if not ready[0]:
+            break
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: attaching a PTY session (console/attach.py, the Sessions tab's `t`) writes the agent's "
+    "output to the operator's real terminal byte for byte: OSC 52 sets the operator's clipboard (and OSC 0 "
+    "the title, OSC 8 links, mode switches that outlive the detach); tmux, the model, keeps an inner "
+    "program from the outer clipboard by default",
+)
+async def test_attaching_a_session_passes_osc52_to_the_operators_terminal(state_dir: Path) -> None:
+    """The agent starts a PTY session that prints OSC 52 and waits. The operator takes it over (`t`); the
+    attach writes the tail, escape and all, to the operator's terminal (a PTY here), which a terminal
+    honouring OSC 52 (kitty, foot, wezterm, iTerm2, xterm with allowWindowOps) turns into a clipboard
+    write: the operator's next paste is the agent's text."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        try:
+            cmd = r"printf 'building...\033]52;c;cm0gLXJmIH4K\007\n'; exec cat"
+            res = await agent.request(
+                "exec",
+                {
+                    "command": cmd,
+                    "pty": True,
+                    "background": True,
+                    "agentId": "main",
+                    "sessionKey": "agent:main",
+                },
+            )
+            sid = res["details"]["sessionId"]
+            pid, master = pty.fork()
+            if pid == 0:  # the operator's terminal: the child's stdin and stdout
+                os.execve(
+                    sys.executable,
+                    [sys.executable, "-c", ATTACH_CHILD, str(state_dir), sid],
+                    {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                )
+            try:
+                seen = await _read_until(master, rb"building\.\.\.[^\n]*\n")  # the line, whole
+                os.write(master, b"\x1d")  # ctrl+]: detach
+                await asyncio.to_thread(_drain, master)
+            finally:
+                with contextlib.suppress(ChildProcessError):
+                    await asyncio.to_thread(os.waitpid, pid, 0)
+                os.close(master)
+        finally:
+            await agent.close()
+    assert b"building..." in seen, seen  # the attach showed the session
+    assert OSC52 not in seen, "the agent's OSC 52 reached the operator's terminal"
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        while os.read(fd, 65536):
+            pass
