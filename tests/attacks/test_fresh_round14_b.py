@@ -42,13 +42,6 @@ def _painted(app: ConsoleApp) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the session line pane's sanitiser (console/ansi.py) drops ESC-introduced sequences and C0, "
-    "not the UTF-8 C1 controls U+009B (CSI) / U+009D (OSC) / U+009C (ST): an agent's output reaches the "
-    "operator's terminal as a cursor move (drawing text anywhere on screen, over an ask) and an OSC (title, "
-    "OSC 52 clipboard) in every terminal that honours C1 (xterm, VTE, pyte)",
-)
 async def test_c1_controls_in_session_output_reach_the_operators_terminal(state_dir: Path) -> None:
     """The agent runs an allowlisted `printf` whose output holds `CSI 3;1H FAKE` and `OSC 2;… ST` in their
     one-character C1 forms. The console's session pane paints them verbatim; fed to a terminal model
@@ -103,13 +96,6 @@ async def _read_until(fd: int, wanted: bytes, limit: int = 1 << 20) -> bytes:
     return seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: attaching a PTY session (console/attach.py, the Sessions tab's `t`) writes the agent's "
-    "output to the operator's real terminal byte for byte: OSC 52 sets the operator's clipboard (and OSC 0 "
-    "the title, OSC 8 links, mode switches that outlive the detach); tmux, the model, keeps an inner "
-    "program from the outer clipboard by default",
-)
 async def test_attaching_a_session_passes_osc52_to_the_operators_terminal(state_dir: Path) -> None:
     """The agent starts a PTY session that prints OSC 52 and waits. The operator takes it over (`t`); the
     attach writes the tail, escape and all, to the operator's terminal (a PTY here), which a terminal
