@@ -525,13 +525,6 @@ for name in sys.argv[1:]:
 @pytest.mark.skipif(
     os.uname().machine != "x86_64" or shutil.which("bwrap") is None, reason="x86_64 syscall numbers, bwrap"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a host run joins a fresh session keyring, but the account's user keyring (@u) and user "
-    "session keyring (@us) are reachable by their special ids and link(2)-able into it: every key in them "
-    "(eCryptfs' mount passphrase, a krb5 `KEYRING:user:` ticket, a token a CLI stored) becomes possessed "
-    "and readable by agent main's run (a documented limit for @u; @us is not named)",
-)
 async def test_class1_the_accounts_user_keyrings_are_a_host_runs(state_dir: Path) -> None:
     import ctypes
 

@@ -50,24 +50,25 @@ static void scope_abstract_sockets(void) {
 
 /* A fresh anonymous session keyring (keyctl JOIN_SESSION_KEYRING, no name): the gateway's, inherited across
    fork, exec and every namespace, may be the operator's login session's, holding a Kerberos ticket (KEYRING:
-   ccache), an eCryptfs or AFS key (fresh round 10 a). The new one holds nothing and links nothing: the
-   command cannot reach the old one by KEY_SPEC_SESSION_KEYRING; the user keyring (@u) stays the account's,
-   as the account's files are. */
+   ccache), an eCryptfs or AFS key (fresh round 10 a). The new one holds nothing and links nothing; the
+   seccomp filter below then refuses the command every keyring call, so the account's own keyrings (@u,
+   @us, the persistent one) are out of its reach too. */
 #define KEYCTL_JOIN_SESSION_KEYRING 1
 static void own_session_keyring(void) {
     if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS) die("keyctl join");
 }
 
 /* A seccomp filter installed after the fresh session keyring is joined, refusing what reaches past the
-   run's namespaces; every other syscall is allowed. keyctl(KEYCTL_GET_PERSISTENT) hands the caller the
-   account's persistent keyring (where a Kerberos KEYRING: ccache lives), whatever its session keyring is
-   (fresh round 11 a): EPERM, keyctl's other operations allowed. socket() opens only the families a network
+   run's namespaces; every other syscall is allowed. The kernel's key store is the account's, in no
+   namespace: keyctl(KEYCTL_GET_PERSISTENT) handed a run the persistent keyring (fresh round 11 a), and the
+   user keyrings @u and @us are reached by their special ids and linked into any session keyring (fresh
+   round 14 c). So a run makes no keyring call at all: keyctl, add_key and request_key are EPERM (as in
+   Docker's default profile and the bwrap sandboxes'), whatever operation or keyring a call names. socket() opens only the families a network
    namespace confines (the sandboxes' list, engine.sandbox.seccomprules.SOCKET_FAMILIES: unix, inet,
    inet6, netlink), others EAFNOSUPPORT: AF_VSOCK ignores the agent's own network namespace and listened
    on, and reached, the hypervisor's side with no proxy and no ask (fresh round 13 b). io_uring_setup is
    refused (EPERM, as Docker refuses it): its socket operation makes a socket no filter sees. A syscall of
    another architecture (x32, i386 on x86-64) is refused outright. */
-#define KEYCTL_GET_PERSISTENT 22
 #ifndef SYS_io_uring_setup
 #define SYS_io_uring_setup 425
 #endif
@@ -87,11 +88,10 @@ static void refuse_beyond_namespaces(void) {
         BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
 #endif
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_keyctl, 0, 4),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, KEYCTL_GET_PERSISTENT, 0, 1),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_keyctl, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_add_key, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_request_key, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6),

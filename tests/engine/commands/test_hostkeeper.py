@@ -372,18 +372,22 @@ def test_a_cwd_in_a_covered_workspace_root_is_refused(state_dir: Path, tmp_path:
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="keyctl syscall numbers of x86_64")
-def test_a_host_run_is_refused_the_persistent_keyring_and_keeps_its_other_keyctls(tmp_path: Path) -> None:
-    """keyctl(GET_PERSISTENT) is refused EPERM by hostenter's seccomp filter; keyctl(GET_KEYRING_ID) of the
-    run's own session keyring still answers (the filter refuses one operation, not the syscall)."""
+def test_a_host_run_makes_no_keyring_call(tmp_path: Path) -> None:
+    """hostenter's seccomp filter refuses keyctl, add_key and request_key EPERM, whatever they name: the
+    persistent keyring (round 11 a), the user keyrings @u/@us (round 14 c) and the run's own session keyring
+    alike (the kernel's key store is the account's, in no namespace)."""
     script = (
         "import ctypes, os; c = ctypes.CDLL(None, use_errno=True)\n"
-        "r = c.syscall(250, 22, -1, -3); print('persistent', r, ctypes.get_errno())\n"
-        "print('session', c.syscall(250, 0, -3, 0) > 0)\n"
+        "for name, call in (('persistent', (250, 22, -1, -3)), ('user', (250, 0, -4, 0)),\n"
+        "                   ('user-session', (250, 0, -5, 0)), ('session', (250, 0, -3, 0)),\n"
+        "                   ('link', (250, 8, -4, -3)), ('add_key', (248, b'user', b'k', b'v', 1, -3)),\n"
+        "                   ('request_key', (249, b'user', b'k', None, 0))):\n"
+        "    print(name, c.syscall(*call), ctypes.get_errno())\n"
     )
     done = _run(f"exec python3 -c {shlex.quote(script)}", tmp_path)
     assert done.returncode == 0, done.stderr
-    assert f"persistent -1 {errno.EPERM}" in done.stdout
-    assert "session True" in done.stdout
+    results = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert len(results) == 7 and set(results.values()) == {f"-1 {errno.EPERM}"}, done.stdout
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="io_uring_setup's number on x86_64")
