@@ -3,6 +3,15 @@
 Every attack here runs a command of an agent on the gateway host (`host = "gateway"`, the bwrap host view)
 through a real gateway, and looks for something that authenticates by being present: a Unix socket whose
 server trusts the peer's uid (SO_PEERCRED), a file, a keyring, an inherited fd or variable.
+
+The gateway here is root, but no attack uses root's capabilities: each reads what the account itself may
+(its own 0600 files, its own keyrings, a server that maps its uid to a role), and the views are built by
+the same code for a gateway that is not root. Two families are open:
+- sockets outside the home: whatever listens there for this uid answers every host run (PostgreSQL's peer
+  auth); /run is a socket-free copy only when it holds a hidden Docker socket, and only up to 512 entries;
+- paths kept readable "so their programs run" (PATH, import, core.hooksPath, ssh Include glob dirs, another
+  agent's pathPrepend/rootfs) are shown whole, whatever the modes of what they hold, and what is hidden is
+  decided when the view is made (a credential saved later is a running run's).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_conf
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # Where the cluster listens: a directory of the postgres account's own, outside the home and every hostPrivate
 # default. (Debian's /run/postgresql behaves the same on a machine whose /run holds no Docker socket; here the
-# view shows /run as a socket-free copy only because it hides /run/docker.sock: see the report.)
+# view shows /run as a socket-free copy only because it hides /run/docker.sock: see operators_database.)
 PG_HOME = Path("/var/lib/postgresql")
 PSQL = shutil.which("psql") or "/usr/bin/psql"
 SECRET = "s3cret-row-only-the-operators-role-may-read"
