@@ -99,8 +99,8 @@ async def _read_until(fd: int, wanted: bytes, limit: int = 1 << 20) -> bytes:
     """The PTY master's bytes until the regex `wanted` matches (or the child closes the terminal)."""
     seen = b""
     while not re.search(wanted, seen) and len(seen) < limit:
-        ready = await asyncio.to_thread(select.select, [fd], [], [], 30)
-        if not ready[0]:
+        readable, _, _ = await asyncio.to_thread(select.select, [fd], [], [], 30)
+        if not readable:
             break
         try:
             chunk = os.read(fd, 65536)
@@ -237,6 +237,7 @@ async def test_a_terminal_reply_the_agent_chose_is_typed_into_the_console(state_
         agent = await connect(state_dir, "agent")
         term: _Terminal | None = None
         result: dict[str, Any] | None = None
+        ask: asyncio.Future[dict[str, Any]] | None = None
         try:
             argv = [sys.executable, "-P", "-m", "runner", "console", "--state-dir", str(state_dir)]
             term = _Terminal(argv)
@@ -258,8 +259,12 @@ async def test_a_terminal_reply_the_agent_chose_is_typed_into_the_console(state_
             # The operator's `6` (History) and the terminal's answer, read by the console together.
             term.type(b"6\x1b]lq\x1b\\")
             await term.until(b"No decisions yet", mark)  # painted, or the console is gone
+            mark = len(term.out)
             with contextlib.suppress(OSError):
-                term.type(b"1d")  # the operator: to the Approvals tab, deny
+                term.type(b"1")  # the operator: to the Approvals tab (its list takes focus a moment later)
+            await term.until(b"[a] allow once", mark)  # shown, or the console is gone
+            with contextlib.suppress(OSError):
+                term.type(b"d")  # deny
             closed = asyncio.ensure_future(term.until(b"\0<closed>"))
             await asyncio.wait({ask, closed}, return_when=asyncio.FIRST_COMPLETED)
             result = ask.result() if ask.done() else None  # None: the console quit first
@@ -267,5 +272,8 @@ async def test_a_terminal_reply_the_agent_chose_is_typed_into_the_console(state_
             if term is not None:
                 await term.close()
             await agent.close()
+            if ask is not None:
+                with contextlib.suppress(BaseException):
+                    await ask  # still waiting when the console quit: closed with the connection
     assert result is not None, "the console quit before the operator's deny"
     assert result["details"]["status"] == "denied", result
