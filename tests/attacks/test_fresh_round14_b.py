@@ -277,3 +277,16 @@ async def test_a_terminal_reply_the_agent_chose_is_typed_into_the_console(state_
                     await ask  # still waiting when the console quit: closed with the connection
     assert result is not None, "the console quit before the operator's deny"
     assert result["details"]["status"] == "denied", result
+
+
+def test_c1_controls_in_an_asks_command_are_shown_escaped() -> None:
+    """Held (the contrast to the first test): what the operator approves by, the command of an ask, goes
+    through engine.display.visible, an allow-list of what draws as itself: the C1 forms of CSI, OSC and ST
+    are written as escapes, and the ask warns that the command holds control characters."""
+    from engine.display import visible, warnings
+
+    command = "ls \u009b3;1Hrm -rf ~ \u009d52;c;eA==\u009c"
+    shown = visible(command)
+    assert not any(0x80 <= ord(ch) <= 0x9F for ch in shown)
+    assert "\\x9b" in shown and "\\x9d" in shown and "\\x9c" in shown
+    assert any("control characters" in w for w in warnings(command))
