@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, TabbedContent
 
-from console import socket_asks, tabs
+from console import replies, socket_asks, tabs
 from console.commands import DirectiveCommands, is_directive
 from console.gateway import GatewayLink, lost_text
 from console.inbox import Inbox, InboxItem
@@ -98,6 +98,7 @@ class ConsoleApp(App[None]):
         clock: bool = True,
         connect: bool = True,
     ) -> None:
+        replies.install()  # a terminal's reply is never the operator's keys
         super().__init__()
         self.state = state
         self.config_path = config_path
