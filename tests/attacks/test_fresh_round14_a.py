@@ -488,13 +488,6 @@ async def test_another_agents_session_and_ask_ids_read_as_absent_through_every_v
             await asyncio.to_thread(bwraplimits.kill_host_group, "ops")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke made while no gateway runs (`exechost agents revoke` offline) removes the "
-    "credential and owes the nodes a revocation, but nothing ends the agent's gateway-host runs: its "
-    "held sessions (which outlive a gateway by design) run on, and the next gateway adopts them and never "
-    "kills the agent's host group either; a live revoke kills it (bwraplimits.kill_host_group)",
-)
 async def test_class1_an_offline_revoke_leaves_the_agents_held_sessions_running(
     state_dir: Path, work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
