@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from engine.approvals import generations
 from engine.approvals.decisions import DECISIONS
 from engine.approvals.grants import EGRESS_PREFIX, GrantStore
 from engine.approvals.groupwrite import GroupWriter
@@ -84,10 +85,11 @@ class EgressHub:
         manager.egress_gone = self._gone
         self._loop = asyncio.get_running_loop()
         hostnet.EGRESS = self.host_runs  # each agent's host runs' network namespace: its way out is here
-        for agent in hostnet.served(str(self.services.state_dir)):  # made under an earlier hub
-            name = hostnet.egress_name(agent)
+        hostnet.GENERATION = self.host_generation
+        for agent, generation in hostnet.served(str(self.services.state_dir)):  # made under an earlier hub
+            name = hostnet.egress_name(agent, generation)
             try:
-                await self.proxy.listen(name, agent, forwarder.prepare_dir(name))
+                await self.proxy.listen(name, agent, forwarder.prepare_dir(name), generation=generation)
             except OSError as exc:
                 log.warning("egress: host runs of %s not served: %s", agent, exc)
         try:
@@ -116,6 +118,8 @@ class EgressHub:
             manager.egress_gone = None
         if self.host_runs == hostnet.EGRESS:
             hostnet.EGRESS = None
+        if self.host_generation == hostnet.GENERATION:
+            hostnet.GENERATION = None
         await self.proxy.close()
         await self.writer.barrier()
 
@@ -139,27 +143,47 @@ class EgressHub:
         or entering it): a revoke or rotation after this refuses what it asks, until a run of the agent's
         new credential enters it again. The shared sandbox is nobody's own: no generation."""
         shared = is_shared(sandbox)
-        generation = None if shared else self.services.approvals.generations.current(agent_id)
+        # Under the generation that authorized the run entering it (its stamp), not the one current as
+        # it enters: a run taken up before a revoke that enters after it never serves the sandbox anew.
+        stamp = generations.stamped()
+        if shared:
+            generation = None
+        elif stamp is not None and stamp.agent == split_namespace(agent_id)[1]:
+            generation = stamp.generation
+        else:
+            generation = self.services.approvals.generations.current(agent_id)
         directory = forwarder.socket_dir(sandbox)
         await self.proxy.listen(sandbox, agent_id, directory, uid, shared, generation=generation)
 
     HOST_WAIT = 10.0  # seconds a host run's namespace waits for its listener (the loop is busy, at most)
 
-    def host_runs(self, agent_id: str) -> hostnet.Egress | None:
-        """Serve `agent_id`'s gateway-host runs as a sandbox of its is served (engine.commands.hostnet):
-        the same proxy, its `[sandbox.egress]`, asks in the same inbox. From a worker thread (the
-        namespace is made there); None when the forwarder cannot be had (no way out, as with mode none)."""
+    def host_generation(self, agent_id: str) -> int | None:
+        """The credential generation of `agent_id` a host run made now is authorized under: the current
+        one, or None when the run asking carries a stamp a revoke or rotation ended (it is refused)."""
+        stamp = generations.stamped()
+        if stamp is not None and stamp.agent == split_namespace(agent_id)[1] and stamp.stale():
+            return None
+        return self.services.approvals.generations.current(agent_id)
+
+    def host_runs(self, agent_id: str, generation: int | None = None) -> hostnet.Egress | None:
+        """Serve `agent_id`'s gateway-host runs of credential `generation` as a sandbox of its is served
+        (engine.commands.hostnet): the same proxy, its `[sandbox.egress]`, asks in the same inbox, one
+        listener per generation (a revoke or rotation cuts and refuses the older ones' at once). From a
+        worker thread (the namespace is made there); None when the forwarder cannot be had (no way out,
+        as with mode none)."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return None
-        name = hostnet.egress_name(agent_id)
+        name = hostnet.egress_name(agent_id, generation)
         try:
             directory = forwarder.prepare_dir(name)
             binary = forwarder.ensure_binary()
         except (OSError, forwarder.ForwarderUnavailable) as exc:
             log.warning("egress: host runs of %s have no way out: %s", agent_id, exc)
             return None
-        served = asyncio.run_coroutine_threadsafe(self.proxy.listen(name, agent_id, directory), loop)
+        served = asyncio.run_coroutine_threadsafe(
+            self.proxy.listen(name, agent_id, directory, generation=generation), loop
+        )
         try:
             on_loop = asyncio.get_running_loop() is loop
         except RuntimeError:
@@ -263,6 +287,8 @@ class EgressHub:
         decision = await approvals.wait(record)
         by = record.resolved_by or "operator"
         if decision in ("allow-once", "allow-always"):
+            if self._revoked(req):  # its generation ended while it waited: nothing is let through or saved
+                return self._refused(req, *found)
             if decision == "allow-always":
                 await asyncio.to_thread(self._remember, record, req)
             limits = f", {record.grant.describe()}" if record.grant else ""

@@ -179,6 +179,11 @@ class ApprovalRecord:
     revoked: bool = field(default=False, kw_only=True)
     # request.question(), computed once: the coalescing key is looked up at register and at the decision.
     question: ApprovalRequest | None = field(default=None, repr=False, compare=False, kw_only=True)
+    # The oldest credential generation any of its requesters' runs was authorized under
+    # (engine.approvals.generations), None when none was stamped (the operator's, a restored ask's: those
+    # are settled by the credential their resume names). A revoke or rotation that makes it stale settles
+    # the ask at once, whatever kind it is (a command, an egress name, a node's): nobody can approve it.
+    generation: int | None = field(default=None, compare=False, kw_only=True)
 
     def slot(self, session_key: str | None, node_approval_id: str | None = None) -> dict[str, Any] | None:
         """The joined requester's entry for this caller, or None for the first requester (whose resume
@@ -311,6 +316,7 @@ class ApprovalManager:
         self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
         # Bumped by every revoke and rotation: an ask from a run that began before is refused (register).
         self.generations = Generations()
+        self.generations.listen(self._settle_stale)  # whoever bumps it (a revoke, a rotation, a node's)
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -349,6 +355,7 @@ class ApprovalManager:
                 new = all((r["sessionKey"], r["nodeApprovalId"]) != who for r in existing.requesters)
                 if new:
                     self._check_room(request)  # a join is one more ask waiting
+                    existing.generation = _oldest(existing.generation, generation)
                     existing.requesters.append(request.requester())
                     self._joined_one(existing)
                     if resume is not None and existing.resume is not None:
@@ -376,6 +383,7 @@ class ApprovalManager:
             requesters=[request.requester()],
             future=loop.create_future(),
             question=question,
+            generation=generation,
         )
         self._records[record.id] = record
         self._opened(record)
@@ -525,16 +533,30 @@ class ApprovalManager:
         """One credential of the agent no longer holds (rotated away): what was asked with it is settled
         as a revoke settles it (`revoke_record`), as the next gateway's restore would settle it. The number
         of asks or runs it ended. Its runs in flight ask nothing more (a new generation): a rotation is done
-        because the old token leaked, and a run begun before it may be the leaker's."""
-        self.generations.bump(agent_id)
+        because the old token leaked, and a run begun before it may be the leaker's. Every ask stamped with
+        an older generation is settled too, whatever it carries (an egress ask has no resume to name the
+        credential): the generation, not the ask's kind, says which credential authorized it."""
+        ending = self.generations.current(agent_id) + 1  # settled first, counted here; then the bump
         touched = 0
         for record in [*self._open.values(), *self._maybe_unsettled.values()]:
+            if record.request.agent_id != agent_id:
+                continue
             made = [record.resume, *(entry.get("resume") for entry in record.joined)]
-            if record.request.agent_id == agent_id and any(
-                (r or {}).get("credential") == credential for r in made
-            ):
+            named = any((r or {}).get("credential") == credential for r in made)
+            if named or (record.generation is not None and record.generation < ending):
                 touched += self.revoke_record(record)
+        self.generations.bump(agent_id)
         return touched
+
+    def _settle_stale(self, agent_id: str) -> None:
+        """A bump: every ask of the agent stamped with an older generation is settled there and then."""
+        for record in [*self._open.values(), *self._maybe_unsettled.values()]:
+            if record.request.agent_id == agent_id and self.stale(record):
+                self.revoke_record(record)
+
+    def stale(self, record: ApprovalRecord) -> bool:
+        """Whether a requester of `record` ran under a generation its agent's revoke or rotation ended."""
+        return self.generations.stale(record.request.agent_id, record.generation)
 
     def revoke_record(self, record: ApprovalRecord) -> int:
         """Whoever asked was revoked (live, or while no gateway ran: engine.tools.resume): a pending ask is
@@ -618,6 +640,8 @@ class ApprovalManager:
         if normalized is None:
             raise ApprovalError("APPROVAL_BAD_DECISION", USAGE)
         record = self.get(id_or_prefix)
+        if not record.resolved and self.stale(record):  # (settled at the bump; never approvable after it)
+            self.revoke_record(record)
         if record.resolved:
             return record, False
         if normalized not in record.request.allowed_decisions:
@@ -749,3 +773,8 @@ class ApprovalManager:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+
+
+def _oldest(a: int | None, b: int | None) -> int | None:
+    """The older of two stamps (None: unstamped, the other stands)."""
+    return b if a is None else a if b is None else min(a, b)

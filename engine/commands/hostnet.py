@@ -14,6 +14,11 @@ Outward traffic goes as the bwrap sandboxes' does: the egress forwarder listens 
 loopback and hands every connection to the gateway's egress proxy (runner.egress, the agent's
 `[sandbox.egress]` allowlist, asks in the same inbox); runs find it through the proxy variables (EGRESS
 sets how). No egress hub in this process (none set): no way out at all.
+
+One namespace per credential generation, too (engine.approvals.generations): a revoke or rotation starts
+a new generation, whose runs get a namespace and an egress listener of their own, and the old listener is
+served under the old generation, so everything a run of the old credential set going (a tunnel it opened,
+a server it left, a later connect) is cut and refused by the proxy, never carried into the new one.
 """
 
 from __future__ import annotations
@@ -44,12 +49,17 @@ class Egress:
 
 # Set by the process's egress hub (runner.egress.EgressHub.start): serves `agent`'s host runs (listens on
 # the socket it names) and says how to reach it; called from a worker thread. None: no hub, no egress.
-EGRESS: Callable[[str], Egress | None] | None = None
+EGRESS: Callable[[str, int | None], Egress | None] | None = None
+
+# Set by the same hub: the agent's credential generation a run made now is authorized under, None when
+# the run asking was authorized under one a revoke or rotation ended (it is then refused). Unset: none.
+GENERATION: Callable[[str], int | None] | None = None
 
 
-def egress_name(agent: str) -> str:
-    """The name the egress proxy serves an agent's host runs under (its connections' and asks' `sandbox`)."""
-    return f"hostnet.{agent}"
+def egress_name(agent: str, generation: int | None = None) -> str:
+    """The name the egress proxy serves an agent's host runs of one credential generation under (its
+    connections' and asks' `sandbox`); `+` is in no agent's name, so no two (agent, generation) meet."""
+    return f"hostnet.{agent}" if not generation else f"hostnet.{agent}+{generation}"
 
 
 @dataclass
@@ -57,6 +67,7 @@ class Holder(nsholder.Held):
     """`exechost-hostenter netkeep`: `ns` is the agent's network namespace."""
 
     env: dict[str, str] = field(default_factory=dict)  # the proxy variables, when it has a way out
+    generation: int | None = None  # the agent's credential generation it was made for (GENERATION)
 
     def words(self, helper: str) -> tuple[list[str], tuple[int, ...]] | None:
         """The words that put a run in this namespace (first of its view's), and this run's own copies of
@@ -72,30 +83,54 @@ _holders: dict[tuple[str, str], Holder] = {}
 _lock = threading.Lock()
 
 
+class Ended(Exception):
+    """The run asking was authorized under a credential generation a revoke or rotation ended."""
+
+
+def _generation(agent: str) -> int | None:
+    if GENERATION is None:
+        return None
+    generation = GENERATION(agent)
+    if generation is None:
+        raise Ended(agent)
+    return generation
+
+
 def current(state: str, agent: str) -> Holder | None:
-    """The agent's live namespace, without blocking; None when it must be made."""
+    """The agent's live namespace of its current credential generation, without blocking; None when it
+    must be made, or when the run asking was authorized under an ended generation (it never joins one)."""
+    try:
+        generation = _generation(agent)
+    except Ended:
+        return None
     holder = _holders.get((state, agent))
-    return holder if holder is not None and holder.alive() else None
+    live = holder is not None and holder.alive() and holder.generation == generation
+    return holder if live else None
 
 
 def ensure(state: str, agent: str, helper: str) -> Holder | None:
-    """The agent's namespace, made here when missing (blocking: a fork and the egress hub's listener);
-    None when it cannot be made (the run is then refused: HostViewError, never the host's network)."""
+    """The agent's namespace, made here when missing or of an ended generation (blocking: a fork and the
+    egress hub's listener); None when it cannot be made, or the run asking was authorized under an ended
+    generation (the run is then refused: HostViewError, never the host's network)."""
     with _lock:
+        try:
+            generation = _generation(agent)
+        except Ended:
+            return None
         holder = current(state, agent)
         if holder is not None:
             return holder
         old = _holders.pop((state, agent), None)
         if old is not None:
-            old.stop()
-        holder = _start(agent, helper)
+            old.stop()  # (runs still in it keep it until they end; its listener refuses them: a bump)
+        holder = _start(agent, helper, generation)
         if holder is not None:
             _holders[(state, agent)] = holder
         return holder
 
 
-def _start(agent: str, helper: str) -> Holder | None:
-    way_out = EGRESS(agent) if EGRESS is not None else None
+def _start(agent: str, helper: str, generation: int | None) -> Holder | None:
+    way_out = EGRESS(agent, generation) if EGRESS is not None else None
     fwd = [way_out.forwarder, str(way_out.port), way_out.socket] if way_out is not None else ["-", "0", "-"]
     popen = subprocess.Popen(
         [helper, "netkeep", *fwd],
@@ -110,15 +145,20 @@ def _start(agent: str, helper: str) -> Holder | None:
         Holder(popen, -1, None).stop()
         return None
     _pid, net, user = taken
-    return Holder(popen, net, user, env=dict(way_out.env) if way_out is not None else {})
+    env = dict(way_out.env) if way_out is not None else {}
+    return Holder(popen, net, user, env=env, generation=generation)
 
 
-def served(state: str) -> list[str]:
-    """The agents of `state` whose live namespace has a way out: a hub started after them (a gateway
-    restarted in this process) serves them again, or their forwarder would find no proxy."""
+def served(state: str) -> list[tuple[str, int | None]]:
+    """(agent, generation) of `state`'s live namespaces that have a way out: a hub started after them (a
+    gateway restarted in this process) serves them again, or their forwarder would find no proxy."""
     real = os.path.realpath(state)
     with _lock:
-        return [a for (s, a), h in _holders.items() if os.path.realpath(s) == real and h.alive() and h.env]
+        return [
+            (a, h.generation)
+            for (s, a), h in _holders.items()
+            if os.path.realpath(s) == real and h.alive() and h.env
+        ]
 
 
 def stop(state: str | None = None) -> None:

@@ -60,8 +60,13 @@ class Adoption:
     which adopts it at once (or waits for the batch that has it); one for all of them waits for `done`.
     """
 
-    def __init__(self, manager: SessionManager, hosts: SessionHosts | HostLauncher) -> None:
+    def __init__(
+        self, manager: SessionManager, hosts: SessionHosts | HostLauncher, ended: frozenset[str] = frozenset()
+    ) -> None:
         self.manager = manager
+        # Scopes whose credential was revoked while no gateway ran (engine.sandbox.hostrevocations): a
+        # session of theirs still running is ended as it is adopted, before `done`, never served on.
+        self.ended = ended
         self.launchers = hosts.launchers() if isinstance(hosts, SessionHosts) else [hosts]
         self.pending: dict[str, tuple[HostLauncher, Path]] = {}
         self.total = 0
@@ -174,6 +179,9 @@ class Adoption:
                 live = sid in self._live.get(k, {})
                 session = await _adopt_one(self.manager, launcher, launcher.paths(sid), meta, live)
                 self.sessions.append(session)
+                ended = session.scope_key in self.ended and not session.exited
+                if ended and self.manager.request_kill(session):
+                    await session.done.wait()
         except (OSError, ValueError, statefs.StateFileError) as exc:
             log.error("cannot adopt the session in %s: %s", meta_path, exc)
         except Exception:

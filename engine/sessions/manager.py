@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from engine import statefs
+from engine.approvals import generations
 from engine.errors import NotFound
 from engine.protocol.methods import EventName
 from engine.results import ToolError, ToolResult
@@ -41,6 +42,7 @@ from engine.sessions.registry import Registry, Session, now_ms
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SEC = 1800.0
+_ENDED = "not started: agent {agent} was revoked (or its credential rotated) after this call was taken up"
 DEFAULT_BACKGROUND_MS = 10_000
 # After the main process exits: how long output may stay silent, and how long it may keep coming,
 # before whoever still holds the pipes is treated as a stray.
@@ -205,6 +207,9 @@ class SessionManager:
     async def _spawn(self, session: Session, warnings: list[str]) -> ProcessHandle | None:
         spec = session.spec
         launcher = spec.launcher or self.launcher
+        stamp = generations.stamped()  # the credential generation that authorized this run (None: operator)
+        if stamp is not None and stamp.stale():  # revoked or rotated since the call was taken up
+            return self._spawn_failed(session, generations.AuthorityEnded(_ENDED.format(agent=stamp.agent)))
         try:
             handle = await launcher.spawn(spec)
         except (OSError, ValueError, RuntimeError) as exc:
@@ -221,6 +226,13 @@ class SessionManager:
                 handle = await launcher.spawn(spec)
             except (OSError, ValueError, RuntimeError) as retry_exc:
                 return self._spawn_failed(session, retry_exc)
+        if stamp is not None and stamp.stale():
+            # Ended while it was being made: the revoke's kill may have looked before this process was
+            # there, so it is ended here (the bump came before that kill, so one of the two sees it).
+            await handle.terminate(grace=0)
+            await handle.wait()
+            handle.close()
+            return self._spawn_failed(session, generations.AuthorityEnded(_ENDED.format(agent=stamp.agent)))
         session.handle = handle
         session.pid = handle.pid
         session.pty = handle.pty

@@ -15,6 +15,7 @@ from engine.nodes.wire import credential_stamp
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
 from engine.protocol.requests import AgentsRevoke, AgentsRotate
+from engine.sandbox import hostrevocations
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 
 
@@ -123,6 +124,13 @@ def _owe_nodes(state: Path, agent: str, token: str | None) -> None:
         Revocations(state).add(agent, credential_stamp(principals.credential_id(token) if token else ""))
 
 
+def _owe_host(state: Path, agent: str) -> None:
+    """No gateway runs: what the agent left running on this host (its held sessions, their forks) ends
+    now where this process can end it, and again at the next gateway's start (before it adopts any)."""
+    hostrevocations.owe(state, agent)
+    hostrevocations.end(agent)
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     live = _revoke_live(args.name)
     if live is None:
@@ -130,6 +138,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         old = principals.read_token(state, args.name)
         removed, dropped = principals.revoke(state, args.name), 0
         _owe_nodes(state, args.name, old)
+        _owe_host(state, args.name)
     else:
         removed, dropped = bool(live.get("revoked")), int(live.get("dropped") or 0)  # type: ignore[call-overload]
     if not removed:

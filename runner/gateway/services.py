@@ -27,7 +27,7 @@ from engine.policy.precedence import SessionOverrides
 from engine.protocol.methods import EventName, Method, Topic
 from engine.protocol.requests import Message, ProcessRequest
 from engine.results import ToolResult
-from engine.sandbox import bwraplimits, held
+from engine.sandbox import bwraplimits, held, hostrevocations
 from engine.sandbox import default_manager as default_sandbox_manager
 from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.adopt import Adoption
@@ -138,6 +138,7 @@ class Services:
         self.holders: SessionHosts | None = None
         self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
         self.adoption: Adoption | None = None  # the kept sessions, adopted after the socket opens
+        self._owed_revokes: list[str] = []  # agents revoked while no gateway ran (hostrevocations)
         self._adopting: asyncio.Task[None] | None = None
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         if self.sessions.quota is not None:  # an agent's sessions on nodes count against its cap here
@@ -176,10 +177,19 @@ class Services:
     async def start(self) -> None:
         """What must be known before the socket opens (the kept sessions' ids, the kept asks); the
         sessions themselves are adopted afterwards (`adopt_in_background`), while requests are answered."""
+        # An `agents revoke` made while no gateway ran: what the agent left running on this host ends
+        # before anything of it is adopted or asked for (its held sessions are ended as they are adopted).
+        self._owed_revokes = await asyncio.to_thread(hostrevocations.owed, self.state_dir)
+        for agent in self._owed_revokes:
+            killed = await asyncio.to_thread(hostrevocations.end, agent)
+            log.warning("agent %s, revoked while no gateway ran: %d process(es) of it ended", agent, killed)
         if self.holders is not None:
             await self.holders.connect()  # started or re-attached; on failure a log line, plain children
-            self.adoption = Adoption(self.sessions, self.holders)
+            ended = frozenset(f"agent:{agent}" for agent in self._owed_revokes)
+            self.adoption = Adoption(self.sessions, self.holders, ended)
             self.adoption.scan()
+        else:
+            await asyncio.to_thread(hostrevocations.settle, self.state_dir, self._owed_revokes)
         restored = restore_asks(self.exec_tool, self.journal.restorable_asks())
         if restored:
             log.info("restored %d pending approval(s) from %s", len(restored), self.journal.pending_file.path)
@@ -200,6 +210,7 @@ class Services:
 
     async def _adopt(self, adoption: Adoption) -> None:
         await adoption.run()
+        await asyncio.to_thread(hostrevocations.settle, self.state_dir, self._owed_revokes)
         if adoption.total:
             log.info(
                 "adopted %d session(s) from %s in %.0f ms",

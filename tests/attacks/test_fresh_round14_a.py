@@ -66,13 +66,6 @@ def _egress_asks(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [r for r in rows if name in json.dumps(r)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a rotation bumps the agent's credential generation, which refuses a sandbox's egress "
-    "asks from runs of the old (leaked) credential, but the listener of the agent's gateway-host runs "
-    "(hostnet.<agent>, EgressHub.host_runs) is served with no generation, so a host run begun with the "
-    "leaked credential files a fresh egress ask as the agent after the rotation, approvable live",
-)
 async def test_class1_a_host_run_of_a_rotated_credential_still_files_egress_asks(
     state_dir: Path, work: Path
 ) -> None:
@@ -155,13 +148,6 @@ async def _echo_server() -> asyncio.Server:
     return await asyncio.start_server(echo, "127.0.0.1", 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke or rotation cuts the agent's relayed egress connections (EgressProxy.cut), but "
-    "only those of listeners served with a generation: a gateway-host run's tunnel (hostnet.<agent>, "
-    "served with none) is never in the cut set, so a host run of the rotated (leaked) credential keeps "
-    "relaying through a tunnel it opened before the rotation",
-)
 async def test_class1_a_host_runs_tunnel_outlives_the_rotation_of_its_credential(
     state_dir: Path, work: Path
 ) -> None:
@@ -218,13 +204,6 @@ with open(os.path.join(work, "answer"), "wb") as f:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a rotation settles only the asks whose resume names the old credential "
-    "(ApprovalManager.revoke_credential); an egress ask carries no resume, so a host run of the leaked "
-    "credential that asked before the rotation keeps its ask in the inbox as the agent's, and a yes after "
-    "the rotation opens its tunnel (the host runs' listener has no generation to re-check)",
-)
 async def test_class1_an_egress_ask_made_before_a_rotation_is_still_approvable_after_it(
     state_dir: Path, work: Path
 ) -> None:
@@ -262,13 +241,6 @@ async def test_class1_an_egress_ask_made_before_a_rotation_is_still_approvable_a
             origin.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke stops reading the agent's connections and kills its host group once, but "
-    "requests it had already sent, which the gateway had dispatched, are not ended: execs still waiting "
-    "for their turn in the agent's decision lane (one decision at a time per principal) are decided and "
-    "spawned after the kill, so the revoked agent's commands start, and keep running, after the revoke",
-)
 async def test_class1_execs_dispatched_before_a_revoke_start_after_its_kill(
     state_dir: Path, work: Path
 ) -> None:
@@ -327,13 +299,6 @@ SANDBOX_ASKER = (
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a sandbox's egress listener takes the agent's generation as it is when a run enters "
-    "the sandbox (EgressHub.listen), and an exec dispatched before the revoke enters it after the bump: "
-    "the revoked agent's sandbox is served under the new generation, and its egress ask is filed as the "
-    "agent after the revoke",
-)
 async def test_class1_an_exec_in_flight_restamps_the_revoked_agents_sandbox_egress(state_dir: Path) -> None:
     write_config(state_dir, SANDBOXED)
     token = principals.mint(state_dir, "ops")
@@ -415,14 +380,6 @@ async def test_an_odd_hello_is_refused_never_a_principal(state_dir: Path, case: 
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents.rotate` settles what the old credential asked only where the ask's resume data "
-    "names that credential (ApprovalManager.revoke_credential); a sandbox's egress ask has none, so the "
-    "leaked credential's ask stays in the inbox as the agent's after the rotation, and an allow-always "
-    "there writes the name into the agent's egress allowlist for good (EgressHub._remember runs before "
-    "the connection is re-checked and refused)",
-)
 async def test_class1_a_sandbox_egress_ask_of_a_rotated_credential_stays_in_the_inbox(
     state_dir: Path,
 ) -> None:
@@ -531,13 +488,6 @@ async def test_another_agents_session_and_ask_ids_read_as_absent_through_every_v
             await asyncio.to_thread(bwraplimits.kill_host_group, "ops")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke made while no gateway runs (`exechost agents revoke` offline) removes the "
-    "credential and owes the nodes a revocation, but nothing ends the agent's gateway-host runs: its "
-    "held sessions (which outlive a gateway by design) run on, and the next gateway adopts them and never "
-    "kills the agent's host group either; a live revoke kills it (bwraplimits.kill_host_group)",
-)
 async def test_class1_an_offline_revoke_leaves_the_agents_held_sessions_running(
     state_dir: Path, work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

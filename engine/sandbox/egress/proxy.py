@@ -196,7 +196,10 @@ class EgressProxy:
             # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several),
             # and re-binding would refuse connects meanwhile. A run of the agent's current credential
             # served it again: its requests are that generation's from now on.
-            if known.agent_id == agent_id:
+            # Never an older one (a run taken up before a revoke entering after a newer run did): that
+            # would refuse the newer credential's runs, and a stale run is refused at its spawn anyway.
+            newer = generation is not None and (known.generation is None or generation >= known.generation)
+            if known.agent_id == agent_id and newer:
                 known.generation = generation
             return
         if known is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals import generations
+from engine.approvals.generations import Stamp
 from engine.principals import check_node_query, credential_id
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
@@ -42,8 +44,13 @@ async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )
+    # What this call sets going acts under that stamp, checked at each point of use (engine.approvals.
+    # generations): a spawn, a sandbox's egress listener, the host runs' namespace, an ask.
+    owner = services.approvals.generations
+    token = generations.authorize(None if ctx.generation is None else Stamp(agent, ctx.generation, owner))
     try:
         result = await services.exec_tool.run(req, ctx)
     finally:
+        generations.reset(token)
         conn.waiting_approvals.difference_update(waited)
     return result.to_dict()
