@@ -8,7 +8,8 @@ hold the record (engine.commands.hosttrust.protected), so no run adds, removes o
 A state dir inside the home needs no cover (0700, engine.statefs: hidden as the operator's private dir,
 engine.commands.homeprivate); one outside it is covered whole with an empty tmpfs, as a sandbox
 workspace root is, unless it is `/`, holds the home or this view's state dir, or holds what every run
-needs (the PATH and import dirs, the helper). Read per view from a cache keyed by the directory's stat.
+needs (the PATH and import dirs, the helper). Read per view from a cache keyed by the directory's stat;
+each named dir lstat'ed per view (covered only while it is a directory).
 """
 
 from __future__ import annotations
@@ -87,19 +88,42 @@ def recorded(home: str) -> tuple[str, ...]:
 
 
 def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
-    """The other gateways' state dirs a view of `state` covers: present directories outside the home,
-    none that is `/`, holds the home or `state`, is inside `state`, or holds a path of `needed`."""
+    """The other gateways' state dirs a view of `state` covers: present directories outside the home (no
+    link in their place), none that is `/`, holds the home or `state`, is inside `state`, or holds a path
+    of `needed`. What the record names is judged once per (record, state, needed); presence per call (a
+    missing one is never covered: a cover of a missing root would make it)."""
+    wanted = tuple(needed)
+    paths = recorded(home)
+    key = (home, state, wanted, paths)
+    with _lock:
+        kept = _judged.get(key)
+    if kept is None:
+        kept = _judge(home, state, wanted, paths)
+        with _lock:
+            if len(_judged) > 64:
+                _judged.clear()
+            _judged[key] = kept
+    out: list[str] = []
+    for path in kept:
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                out.append(path)
+    return tuple(out)
+
+
+_judged: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _judge(home: str, state: str, needed: tuple[str, ...], paths: tuple[str, ...]) -> tuple[str, ...]:
     own = os.path.realpath(state)
     home = os.path.realpath(home)
     must = [os.path.realpath(n) for n in needed]
     out: list[str] = []
-    for path in recorded(home):
+    for path in paths:
         if path == own or path == os.sep or _inside(path, home) or _inside(home, path):
             continue
         if _inside(own, path) or _inside(path, own) or any(_inside(n, path) for n in must):
             continue
-        if os.path.realpath(path) != path or not os.path.isdir(path):
-            continue  # gone, or a link now: covered by its own gateway's record when it is back
         out.append(path)
     return tuple(out)
 
