@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostoutside
+from engine.commands import hostoutside, hostprivate
 from engine.commands.pinned import pinned_view
 from engine.commands.verified import Mirror
 from tests.helpers.bwrap import needs_bwrap
@@ -181,3 +181,33 @@ def test_a_private_script_handed_to_its_reader_is_refused_not_copied(state_dir: 
     _secret(home / "w" / "public.py", "print('ok')\n", 0o644)
     public = Mirror(str(state_dir.parent / "m"), str(home / "w"), "public.py", b"print('ok')\n")
     pinned_view(None, host=True, mirrors=[public]).close()
+
+
+@needs_bwrap
+def test_a_private_path_dir_in_a_private_tmp_is_empty_and_a_public_one_runs(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh round 14 c, outside the home: a PATH dir in the agent's private /tmp is the host's (never the
+    agent's copy), but a 0700 one (or one below a 0700 dir) is shown empty, as another account sees it."""
+    tmp = state_dir.parent / "tmp"  # EXECHOST_HOST_PRIVATE: this test's /tmp
+    _secret(tmp / "op-bin" / "deploy", "#!/bin/sh\necho TMP-DEPLOY-SECRET\n", 0o700)
+    (tmp / "op-bin").chmod(0o700)
+    _secret(tmp / "op" / "bin" / "tool", "#!/bin/sh\necho NESTED-SECRET\n", 0o755)
+    (tmp / "op").chmod(0o700)
+    _secret(tmp / "pub-bin" / "mytool", "#!/bin/sh\necho PUBLIC-TOOL-RAN\n", 0o755)
+    (tmp / "pub-bin").chmod(0o755)
+    path = f"{tmp}/op-bin:{tmp}/op/bin:{tmp}/pub-bin:{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)
+    private = hostprivate.binds(str(state_dir), "main", hostprivate.dests(None))
+    assert any(dest == os.path.realpath(tmp) for _source, dest in private)
+    view = pinned_view(None, host=True, outside=hostoutside.Outside(private=private))
+    try:
+        script = f"cat {tmp}/op-bin/deploy {tmp}/op/bin/tool; {tmp}/pub-bin/mytool"
+        done = subprocess.run(
+            view.wrap(["/bin/sh", "-c", script]), capture_output=True, text=True, pass_fds=view.fds
+        )
+    finally:
+        view.close()
+    out = done.stdout + done.stderr
+    assert "TMP-DEPLOY-SECRET" not in out and "NESTED-SECRET" not in out, out
+    assert "PUBLIC-TOOL-RAN" in out, out
