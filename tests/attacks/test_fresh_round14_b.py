@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pyte
-import pytest
 
 from console.app import ConsoleApp
 from engine.approvals.store import ApprovalsStore
