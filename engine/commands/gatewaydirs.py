@@ -5,11 +5,12 @@ it, was every host run's of the first; only a view's own state dir was covered).
 The record is a directory of the home, `~/.exechost-gateways`, one file per state dir (named by a digest
 of its path, holding the path): the home is read-only in every host view and no `hostWritable` dir may
 hold the record (engine.commands.hosttrust.protected), so no run adds, removes or re-points an entry.
-A state dir inside the home needs no cover (0700, engine.statefs: hidden as the operator's private dir,
-engine.commands.homeprivate); one outside it is covered whole with an empty tmpfs, as a sandbox
-workspace root is, unless it is `/`, holds the home or this view's state dir, or holds what every run
-needs (the PATH and import dirs, the helper). Read per view from a cache keyed by the directory's stat;
-each named dir lstat'ed per view (covered only while it is a directory).
+Each recorded dir is covered whole with an empty tmpfs, as a sandbox workspace root is: outside the home
+(where no mode is judged) and in it too (0700 by engine.statefs, so hidden as private anyway, but not
+inside a hostWritable dir, which is shown as it is); never one that is `/`, holds the home or this view's
+state dir, or holds what every run needs (the PATH and import dirs, the helper) or one of the agent's
+own hostWritable dirs (a cover would hide them). The record is read per view from a cache keyed by its
+directory's stat, each named dir lstat'ed per view (covered only while it is a directory).
 """
 
 from __future__ import annotations
@@ -88,10 +89,10 @@ def recorded(home: str) -> tuple[str, ...]:
 
 
 def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
-    """The other gateways' state dirs a view of `state` covers: present directories outside the home (no
-    link in their place), none that is `/`, holds the home or `state`, is inside `state`, or holds a path
-    of `needed`. What the record names is judged once per (record, state, needed); presence per call (a
-    missing one is never covered: a cover of a missing root would make it)."""
+    """The other gateways' state dirs a view of `state` covers: present directories (no link in their
+    place), none that is `/`, holds the home or `state`, is inside `state`, or holds a path of `needed`
+    (what every run needs, the agent's own hostWritable dirs). What the record names is judged once per
+    (record, state, needed); presence per call (a cover of a missing root would make it)."""
     wanted = tuple(needed)
     paths = recorded(home)
     key = (home, state, wanted, paths)
@@ -120,7 +121,7 @@ def _judge(home: str, state: str, needed: tuple[str, ...], paths: tuple[str, ...
     must = [os.path.realpath(n) for n in needed]
     out: list[str] = []
     for path in paths:
-        if path == own or path == os.sep or _inside(path, home) or _inside(home, path):
+        if path == own or path == os.sep or _inside(home, path):
             continue
         if _inside(own, path) or _inside(path, own) or any(_inside(n, path) for n in must):
             continue

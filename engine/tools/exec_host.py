@@ -9,7 +9,7 @@ import json
 import os
 import shlex
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,9 @@ def host_outside(
             )
         ),
         workdir=workdir,
-        covered=workspace_roots(config) + engine_credentials() + other_gateways(),
+        covered=workspace_roots(config)
+        + engine_credentials()
+        + other_gateways(config.exec_for(agent_id).host_writable),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
         private=private,
         # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet)
@@ -139,12 +141,13 @@ def workspace_roots(config: Config) -> tuple[str, ...]:
     return tuple(sorted({os.path.abspath(os.path.expanduser(r)) for r in roots if r}))
 
 
-def other_gateways() -> tuple[str, ...]:
-    """Every other gateway's state dir of this account outside the home (engine.commands.gatewaydirs),
-    covered whole as the state dir is: never one holding what every run needs."""
+def other_gateways(writable: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every other gateway's state dir of this account (engine.commands.gatewaydirs), covered whole as
+    the state dir is: never one holding what every run needs, nor one of the agent's own `writable`."""
     helper = hostkeeper.helper_path()
     path_dirs = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
     needed = [*path_dirs, *hosttrust.import_paths(), *([helper] if helper is not None else [])]
+    needed += [os.path.abspath(os.path.expanduser(w)) for w in writable]
     return gatewaydirs.others(home_dir(), str(state_dir()), needed)
 
 

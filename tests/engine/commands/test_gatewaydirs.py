@@ -12,7 +12,7 @@ from engine.commands import gatewaydirs, hostoutside
 from engine.commands.hostroots import writable_roots
 
 
-def test_each_recorded_state_dir_outside_the_home_is_another_views_cover(tmp_path: Path) -> None:
+def test_each_recorded_state_dir_is_another_views_cover(tmp_path: Path) -> None:
     home = tmp_path / "h"
     home.mkdir()
     a, b, inner = tmp_path / "a", tmp_path / "b", home / ".openclaw"
@@ -21,13 +21,15 @@ def test_each_recorded_state_dir_outside_the_home_is_another_views_cover(tmp_pat
     gatewaydirs.record(str(home), str(a))
     assert gatewaydirs.others(str(home), str(a), []) == ()  # its own: covered as the state dir already
     gatewaydirs.record(str(home), str(b))  # the cache is keyed by the record's stat: the new entry shows
-    gatewaydirs.record(str(home), str(inner))  # in the home: hidden as private, no cover of its own
+    gatewaydirs.record(str(home), str(inner))  # in the home: covered too (a hostWritable dir may hold it)
     gatewaydirs.record(str(home), str(a))  # again: one entry
-    assert gatewaydirs.others(str(home), str(a), []) == (str(b),)
-    assert gatewaydirs.others(str(home), str(b), []) == (str(a),)
+    assert gatewaydirs.others(str(home), str(a), []) == tuple(sorted([str(b), str(inner)]))
+    assert gatewaydirs.others(str(home), str(b), []) == tuple(sorted([str(a), str(inner)]))
+    # not one holding what the view needs (the agent's own hostWritable dir in it)
+    assert gatewaydirs.others(str(home), str(b), [str(inner / "w")]) == (str(a),)
     assert len(os.listdir(home / ".exechost-gateways")) == 3
     b.rmdir()  # judged once, present per call: a cover of a missing root would make it
-    assert gatewaydirs.others(str(home), str(a), []) == ()
+    assert gatewaydirs.others(str(home), str(a), []) == (str(inner),)
     assert os.stat(home / ".exechost-gateways").st_mode & 0o777 == 0o700
 
 
