@@ -144,13 +144,16 @@ def find(
     budget: int = WALK_BUDGET,
 ) -> Found:
     """What to hide of `home` (a real path) and of what its links lead to. `keep_files`/`keep_dirs` (real
-    paths) stay as they are (a kept dir is not walked, nor hidden, nor any directory above one);
-    `never` (real paths: the home, the state dir) is kept as a kept dir is."""
+    paths: what the gateway or a program it trusts reads) are reached through the private directories
+    above them and judged by their own mode, never shown whole (privacy wins, fresh round 14 c): a kept
+    file another account could not read is hidden; a kept dir is walked as any directory is, shown
+    itself, but with every entry hidden when its own mode is private. `never` (real paths: the home, the
+    state dir, the hostWritable dirs) is shown as it is, not walked."""
     with _lock:
         if time.monotonic() - _read_at[0] > REREAD_AFTER:
             _cache.clear()
             _read_at[0] = time.monotonic()
-        found = _find(home, set(keep_files), set(keep_dirs) | set(never), budget)
+        found = _find(home, set(keep_files), set(keep_dirs), set(never), budget)
         _walked[home] = found.walked
         _here.found = found
         return found
@@ -165,14 +168,17 @@ def hides(path: str) -> bool:
     return path in set(found.files) or below(os.path.dirname(path), set(found.dirs))
 
 
-def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
+def _find(home: str, files: set[str], kept: set[str], dirs: set[str], budget: int) -> Found:
     found = Found()
-    way: set[str] = set()  # every directory above a kept path, up to its walk root
-    for kept in files | dirs:
-        here = os.path.dirname(kept)
+    way: set[str] = set()  # every directory above a kept or shown path, up to its walk root
+    for path in files | kept | dirs:
+        here = os.path.dirname(path)
         while here not in way and len(here) > 1:
             way.add(here)
             here = os.path.dirname(here)
+    skip = dirs | kept  # what _outside_target leaves as it is (a kept file it judges)
+    kept = kept | files  # a "file" that is a directory (core.hooksPath) is walked as a kept dir
+    way |= kept  # a kept dir is walked as one on the way is: shown, its entries judged
     left = budget
     linked_left: dict[str, int] = {}  # each linked root's own budget
     seen: set[tuple[int, int]] = set()
@@ -211,19 +217,25 @@ def _find(home: str, files: set[str], dirs: set[str], budget: int) -> Found:
             found.files.extend(listing.private_files)
             for target in listing.targets:
                 if not _inside(target, home):
-                    _outside_target(target, found, stack, roots, files, dirs)
+                    _outside_target(target, found, stack, roots, skip)
             continue
         for name, mode, target in listing.entries:
             path = os.path.join(d, name)
-            if path in dirs or path in files:
+            if path in dirs:
                 continue  # shown as it is
-            if stat.S_ISDIR(mode):
+            if path in files and not stat.S_ISDIR(mode):  # trusted, judged by its own mode all the same
+                if stat.S_ISREG(mode) and private_mode(mode):
+                    found.files.append(path)
+                continue
+            if path in kept or path in files:  # a kept dir (a git include naming one: core.hooksPath)
+                stack.append((path, False, linked))  # its own mode decides (its entries' if private)
+            elif stat.S_ISDIR(mode):
                 stack.append((path, private, linked))
             elif stat.S_ISREG(mode):
                 if private or private_mode(mode):
                     found.files.append(path)
             elif stat.S_ISLNK(mode) and target and not _inside(target, home):
-                _outside_target(target, found, stack, roots, files, dirs)
+                _outside_target(target, found, stack, roots, skip)
     _bound_mounts(found, way, home)
     return found
 
@@ -233,13 +245,12 @@ def _outside_target(
     found: Found,
     stack: list[tuple[str, bool, str]],
     roots: set[str],
-    files: set[str],
     dirs: set[str],
 ) -> None:
     """A link from the home to `target` (real, outside it): a private file or directory there is hidden
-    at its real path; a public directory is walked as a root of its own. Not one that is, holds or is
-    inside a kept path (`/`, the state dir, a PATH dir: what every view shows)."""
-    if target in files or any(_inside(k, target) or _inside(target, k) for k in dirs):
+    at its real path (a kept file too: privacy wins); a public directory is walked as a root of its own.
+    Not one that holds or is inside a kept or shown dir (`/`, the state dir, a PATH dir)."""
+    if any(_inside(k, target) or _inside(target, k) for k in dirs):
         return
     try:
         st = os.stat(target)

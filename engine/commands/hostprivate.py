@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote
 
-from engine.commands import privatefs
+from engine.commands import homeprivate, privatefs
 
 # What a host run may write outside the home that others read: the FHS's shared temp and lock dirs,
 # screen's sockets, the gateway user's runtime dir (its session bus, systemd --user, gpg-agent, a
@@ -163,7 +163,9 @@ def protect(
     """What a private dir holds that the decision trusts as the operator's (a trusted config file, a
     trusted or PATH dir): bound read-only over the agent's copy, after every private dir, so the view has
     the host's (an empty file, an empty read-only dir where the host has none): never the agent's. In
-    the home under a private dir bound first, the home's read-only bind has done it."""
+    the home under a private dir bound first, the home's read-only bind has done it. Privacy wins here
+    too (fresh round 14 c): one another account could not read (its own mode, or a private dir between
+    the private dir and it: a 0700 /tmp/op-bin on PATH) is shown empty, never the host's."""
     dests = [dest for _source, dest in binds_]
     out: list[str] = []
     for path, is_dir in [*((f, False) for f in files), *((d, True) for d in dirs)]:
@@ -171,13 +173,28 @@ def protect(
         holder = max((d for d in dests if _within(path, d)), key=len, default=None)
         if holder is None or (_within(path, home) and not (holder != home and _within(holder, home))):
             continue
-        if os.path.exists(path):
+        shown = os.path.exists(path) and not _kept_from_others(path, holder)
+        if shown:
             out += ["--ro-bind", os.path.realpath(path), path]
-        elif is_dir:
+        elif is_dir or os.path.isdir(path):
             out += ["--tmpfs", path, "--remount-ro", path]
         else:
             out += ["--ro-bind", empty, path]
     return out
+
+
+def _kept_from_others(path: str, holder: str) -> bool:
+    """Whether another account could not read `path` (present): by its own mode, or by a directory's
+    between `holder` (the shared dir, /tmp) and it."""
+    here = path
+    while _within(here, holder) and here != holder:
+        try:
+            if homeprivate.private_mode(os.stat(here).st_mode):
+                return True
+        except OSError:
+            return True
+        here = os.path.dirname(here)
+    return False
 
 
 def _within(path: str, top: str) -> bool:

@@ -177,27 +177,29 @@ def home_private(
     roots: list[str],
     includes: list[str],
 ) -> homeprivate.Found:
-    """What the view hides of the home as private to the operator (engine.commands.homeprivate), with
-    what it keeps readable on purpose: git's configs and their includes (the operator's own git in a
-    host run reads its identity, url rewrites and hooks path as the gateway's vetting does), ssh's config,
-    its includes and known_hosts (no key), the PATH and import dirs (their programs run), the ssh
-    Include glob dirs, the hostWritable dirs (the operator's grant) and the pathPrepend dirs; the state
-    dir and the covered sandbox roots are covered already."""
+    """What the view hides of the home as private to the operator (engine.commands.homeprivate). Privacy
+    is decided last and wins (fresh round 14 c): what the gateway or a program it trusts reads (git's
+    configs and includes, ssh's config and includes, the PATH and import dirs, the ssh Include glob
+    dirs, every agent's pathPrepend dir and rootfs, core.hooksPath among them) is reached through the
+    private dirs above it but judged by its own mode: a trusted file another account could not read is
+    hidden, a trusted dir is shown with only what its own mode lets others read (the run's tool then lacks
+    it: the safe side). Shown as they are: the hostWritable dirs (the operator's grant, bound writable),
+    the view's scratch ~/.cargo, and what is covered already (the state dir, the sandbox roots)."""
     home = home_dir(environ)
     if home == os.sep or not os.path.isdir(home):
         return homeprivate.Found()
     env = os.environ if environ is None else environ
     files = [*git_configs(environ), *includes, *ssh_configs(home)]
     path_dirs = [p for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
-    dirs = [*import_paths(), *path_dirs, *ssh_dirs(home), *roots, *outside.readonly]
+    dirs = [*import_paths(), *path_dirs, *ssh_dirs(home), *outside.readonly]
+    shown = [home, state, *outside.covered, *roots]
     if scratch_cargo(environ):
-        dirs.append(cargo_home(environ))  # the view's scratch ~/.cargo, made over it
-    never = [home, state, *outside.covered]
+        shown.append(cargo_home(environ))  # the view's scratch ~/.cargo, made over it
     return homeprivate.find(
         home,
         [os.path.realpath(p) for p in files],
         [os.path.realpath(p) for p in dirs],
-        tuple(os.path.realpath(p) for p in never),
+        tuple(os.path.realpath(p) for p in shown),
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 
-from engine.commands import configprograms, hostkeeper, importroots, sshinclude
+from engine.commands import configprograms, gatewaydirs, hostkeeper, importroots, sshinclude
 from engine.commands.hostoutside import (
     NOTHING_OUTSIDE,
     HostViewError,
@@ -393,4 +393,6 @@ def protected(
     links: dict[str, bool] = {}
     paths += [hop for p in list(paths) for hop in link_hops(p, links=links)]
     paths += [p for p in env.get("PATH", "").split(":") if p.startswith("/")]
+    # the record of this account's gateways' state dirs (engine.commands.gatewaydirs): no run edits it
+    paths.append(gatewaydirs.record_dir(home_dir(environ)))
     return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})

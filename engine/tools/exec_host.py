@@ -9,7 +9,7 @@ import json
 import os
 import shlex
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,10 +17,10 @@ from typing import Any
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostkeeper, hostnet, hostprivate
+from engine.commands import gatewaydirs, hostkeeper, hostnet, hostprivate, hosttrust
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.hostoutside import HostViewError, Outside
+from engine.commands.hostoutside import HostViewError, Outside, home_dir
 from engine.commands.hostroots import refuse_hidden_cwd
 from engine.commands.hostview import joined
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
@@ -82,7 +82,9 @@ def host_outside(
             )
         ),
         workdir=workdir,
-        covered=workspace_roots(config) + engine_credentials(),
+        covered=workspace_roots(config)
+        + engine_credentials()
+        + other_gateways(config.exec_for(agent_id).host_writable),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
         private=private,
         # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet)
@@ -137,6 +139,16 @@ def workspace_roots(config: Config) -> tuple[str, ...]:
     roots = [config.sandbox.workspace_root]
     roots += [str(a.sandbox.get("workspace_root") or "") for a in config.agents.values()]
     return tuple(sorted({os.path.abspath(os.path.expanduser(r)) for r in roots if r}))
+
+
+def other_gateways(writable: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every other gateway's state dir of this account (engine.commands.gatewaydirs), covered whole as
+    the state dir is: never one holding what every run needs, nor one of the agent's own `writable`."""
+    helper = hostkeeper.helper_path()
+    path_dirs = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
+    needed = [*path_dirs, *hosttrust.import_paths(), *([helper] if helper is not None else [])]
+    needed += [os.path.abspath(os.path.expanduser(w)) for w in writable]
+    return gatewaydirs.others(home_dir(), str(state_dir()), needed)
 
 
 def engine_sockets() -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import fairpool, principals, statefs, unixsock
-from engine.commands import hostoutside
+from engine.commands import gatewaydirs, hostoutside
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
@@ -137,6 +137,8 @@ class GatewayServer:
         if refused is not None:
             raise HostHomeError(refused)
         statefs.ensure_private_dir(self.state_dir)
+        # every other gateway of this account covers this state dir in its host views (fresh round 14 c)
+        gatewaydirs.record(hostoutside.home_dir(), str(self.state_dir))
         if len(os.fsencode(self.socket_path)) > unixsock.SUN_PATH_MAX:
             raise GatewayBusy(f"socket path too long (> {unixsock.SUN_PATH_MAX} bytes): {self.socket_path}")
         self._take_lock()

@@ -215,13 +215,6 @@ async def test_class1_the_shadowed_run_hides_the_databases_socket(
 @pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("git") is None, reason="needs bwrap and git"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a file the operator keeps from other accounts (0600) is shown to every host run when git's "
-    "global config includes it (kept readable so the run's git sees the operator's identity): the usual "
-    "`[include] path = ~/.gitconfig.local` holding sendemail.smtpPass (or a token in http.extraHeader) is "
-    "read by agent main's allowlisted cat",
-)
 async def test_class1_a_private_file_the_gitconfig_includes_is_a_host_runs(state_dir: Path) -> None:
     home = Path(os.environ["HOME"])
     (home / ".gitconfig").write_text("[user]\n\tname = Op\n[include]\n\tpath = ~/.gitconfig.local\n")
@@ -249,13 +242,6 @@ async def test_class1_the_same_private_file_not_included_is_hidden(state_dir: Pa
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a private directory of the home on the gateway's PATH (`~/bin`, 0700) is shown whole to "
-    "every host run, so its programs run: every file in it is read whatever its mode, a 0600 `~/bin/.env` "
-    "that is no program and a 0700 script holding a bearer token alike, though the same files elsewhere in "
-    "the home are the empty file",
-)
 async def test_class1_private_files_in_a_private_path_dir_are_a_host_runs(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -281,13 +267,6 @@ KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-the-operato
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
 @pytest.mark.parametrize("include", ["~/.ssh/config-*", "config-*", "~/.ssh/*.conf", "~/.ssh/*/config"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an ssh `Include` glob's directory is kept whole and readable in every host view (a run "
-    "must not make a file there), and for a glob directly in ~/.ssh (`Include ~/.ssh/config-*`, `Include "
-    "*.conf`) that directory is ~/.ssh itself: the operator's private key ~/.ssh/id_ed25519 (0600 in a 0700 "
-    "dir) is read by agent main's allowlisted cat",
-)
 async def test_class1_an_include_glob_in_ssh_shows_the_operators_private_key(
     state_dir: Path, include: str
 ) -> None:
@@ -331,12 +310,6 @@ async def test_class1_the_ssh_key_is_hidden_with_no_glob_in_ssh_itself(state_dir
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an ssh `Include ~/.config/*/ssh_config` (per-tool ssh configs) keeps ~/.config whole and "
-    "readable in every host view, the private dirs in it too: the operator's Chromium profile (0700, its "
-    "Cookies DB 0600: fresh round 11 a's attack) is read by agent main's allowlisted cat again",
-)
 async def test_class1_an_include_glob_in_dot_config_shows_the_browser_profile(state_dir: Path) -> None:
     home = Path(os.environ["HOME"])
     ssh = home / ".ssh"
@@ -365,12 +338,6 @@ async def test_class1_an_include_glob_in_dot_config_shows_the_browser_profile(st
         '[agents.list.tools.exec]\npathPrepend = ["~/ops-bin"]',
         '[agents.list.sandbox.bwrap]\nrootfs = "~/ops-bin"',
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: another agent's `pathPrepend` dir or bwrap `rootfs` is shown whole and readable in every "
-    "agent's host view (a trusted dir, kept readable even when private; not covered as another agent's "
-    "hostWritable dir is): agent main's allowlisted cat reads the token in ops's 0700 `~/ops-bin/deploy`",
 )
 async def test_class1_another_agents_private_path_prepend_dir_is_a_host_runs(
     state_dir: Path, table: str
@@ -404,12 +371,6 @@ async def test_class1_another_agents_private_writable_dir_is_covered(state_dir: 
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a private directory of the home the gateway's Python imports from (a PYTHONPATH entry "
-    "the starting client passed, `~/pylib`, 0700) is kept readable whole in every host view: the 0600 "
-    "`settings_local.py` holding the operator's database password is read by agent main's allowlisted cat",
-)
 async def test_class1_private_files_in_a_private_import_dir_are_a_host_runs(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -479,12 +440,6 @@ async def test_class1_a_credential_saved_after_a_run_started_is_that_runs(state_
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None, reason="needs bwrap, git")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's git `core.hooksPath` dir is kept whole in every host view, readable even "
-    "when private (0700): the 0700 pre-push hook holding a webhook secret is read by agent main's "
-    "allowlisted cat (a private credential-helper script, by contrast, is the empty file)",
-)
 async def test_class1_a_private_hooks_path_dir_is_a_host_runs(state_dir: Path) -> None:
     home = Path(os.environ["HOME"])
     hooks = home / ".githooks"
@@ -562,12 +517,6 @@ async def test_class1_the_accounts_user_keyrings_are_a_host_runs(state_dir: Path
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: only the gateway's own state dir is covered in its views; a second gateway of the same "
-    "account with its state dir outside the home (`OPENCLAW_STATE_DIR=/srv/exechost-b`, 0700) is read "
-    "whole by agent main's allowlisted cat: its operator token (and gateway token, agents' credentials)",
-)
 async def test_class1_another_gateways_state_dir_outside_the_home_is_a_host_runs(state_dir: Path) -> None:
     other = state_dir.parent / "srv-exechost-b"  # outside the home and every private dir, as /srv is
     other.mkdir(mode=0o700)

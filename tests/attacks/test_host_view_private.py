@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostoutside
+from engine.commands import hostoutside, hostprivate
 from engine.commands.pinned import pinned_view
 from engine.commands.verified import Mirror
 from tests.helpers.bwrap import needs_bwrap
@@ -82,28 +82,34 @@ def test_a_private_file_or_dir_behind_a_link_in_the_home_is_hidden_at_its_target
 
 
 @needs_bwrap
-def test_a_private_gitconfig_and_its_private_include_are_still_read_by_git(state_dir: Path) -> None:
-    """Trusted config the view keeps on purpose: the operator's git in a host run reads its identity."""
+def test_a_public_gitconfig_is_read_by_git_and_its_private_include_is_not(state_dir: Path) -> None:
+    """Trusted config the view keeps on purpose: the operator's git in a host run reads its identity from
+    a config others may read; an include others may not read is hidden all the same (privacy wins, fresh
+    round 14 c: the run's git lacks it, the safe side)."""
     home = Path.home()
-    _secret(home / ".gitconfig", "[user]\n\tname = Op\n[include]\n\tpath = .gitconfig.mail\n")
+    _secret(home / ".gitconfig", "[user]\n\tname = Op\n[include]\n\tpath = .gitconfig.mail\n", 0o644)
     _secret(home / ".gitconfig.mail", "[user]\n\temail = op@example.invalid\n")
     _secret(home / ".git-credentials", "https://op:GITCRED-SECRET@git.example.invalid\n")
     out = _run(f"cd /; git config user.name; git config user.email; cat {home}/.git-credentials")
-    assert "Op" in out and "op@example.invalid" in out
-    assert "GITCRED-SECRET" not in out
+    assert "Op" in out
+    assert "op@example.invalid" not in out and "GITCRED-SECRET" not in out
 
 
 @needs_bwrap
 def test_ssh_keys_are_hidden_and_the_ssh_config_and_known_hosts_read(state_dir: Path) -> None:
+    """In the 0700 ~/.ssh the config, its include and known_hosts others may read are shown; a private
+    include is hidden though ssh reads it (privacy wins, fresh round 14 c)."""
     home = Path.home()
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700)
     _secret(ssh / "id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY----- SSH-KEY-SECRET\n")
-    _secret(ssh / "config", "Host box\n\tHostName 192.0.2.1\n\tInclude extra.conf\n")
-    _secret(ssh / "extra.conf", "Host other\n\tUser someone\n")
+    _secret(ssh / "config", "Host box\n\tHostName 192.0.2.1\n\tInclude extra.conf private.conf\n", 0o644)
+    _secret(ssh / "extra.conf", "Host other\n\tUser someone\n", 0o644)
+    _secret(ssh / "private.conf", "Host third\n\tUser PRIVATE-INCLUDE\n")
     _secret(ssh / "known_hosts", "box ssh-ed25519 AAAAKNOWN\n", 0o644)
-    out = _run(f"cat {ssh}/id_ed25519; cat {ssh}/config {ssh}/extra.conf {ssh}/known_hosts")
-    assert "SSH-KEY-SECRET" not in out
+    shown = f"{ssh}/config {ssh}/extra.conf {ssh}/known_hosts"
+    out = _run(f"cat {ssh}/id_ed25519 {ssh}/private.conf; cat {shown}")
+    assert "SSH-KEY-SECRET" not in out and "PRIVATE-INCLUDE" not in out
     assert "HostName 192.0.2.1" in out and "User someone" in out and "AAAAKNOWN" in out
 
 
@@ -112,10 +118,12 @@ def test_a_private_dir_holding_the_path_and_a_host_writable_dir_is_shown_for_the
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """~/.local 0700 holds ~/.local/bin (on the gateway's PATH: its programs run) and a secret beside it:
-    the bin dir reads, the rest of ~/.local is hidden. A hostWritable dir inside a private one stays the
-    agent's to write."""
+    the bin dir reads, the rest of ~/.local is hidden; in the bin dir a program others may not read is
+    hidden (privacy wins, fresh round 14 c). A hostWritable dir inside a private one stays the agent's to
+    write."""
     home = Path.home()
     _secret(home / ".local" / "bin" / "mytool", "#!/bin/sh\necho TOOL-RAN\n", 0o755)
+    _secret(home / ".local" / "bin" / "deploy", "#!/bin/sh\necho DEPLOY-SECRET\n", 0o700)
     _secret(home / ".local" / "share" / "keyrings" / "login.keyring", "KEYRING-SECRET", 0o644)
     (home / ".local").chmod(0o700)
     (home / "private" / "work").mkdir(parents=True)
@@ -136,6 +144,7 @@ def test_a_private_dir_holding_the_path_and_a_host_writable_dir_is_shown_for_the
     out = done.stdout + done.stderr
     assert "TOOL-RAN" in out and "write-ok" in out, out
     assert "KEYRING-SECRET" not in out and "DIARY-SECRET" not in out
+    assert "DEPLOY-SECRET" not in _run(f"cat {home}/.local/bin/deploy")
 
 
 @needs_bwrap
@@ -172,3 +181,33 @@ def test_a_private_script_handed_to_its_reader_is_refused_not_copied(state_dir: 
     _secret(home / "w" / "public.py", "print('ok')\n", 0o644)
     public = Mirror(str(state_dir.parent / "m"), str(home / "w"), "public.py", b"print('ok')\n")
     pinned_view(None, host=True, mirrors=[public]).close()
+
+
+@needs_bwrap
+def test_a_private_path_dir_in_a_private_tmp_is_empty_and_a_public_one_runs(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh round 14 c, outside the home: a PATH dir in the agent's private /tmp is the host's (never the
+    agent's copy), but a 0700 one (or one below a 0700 dir) is shown empty, as another account sees it."""
+    tmp = state_dir.parent / "tmp"  # EXECHOST_HOST_PRIVATE: this test's /tmp
+    _secret(tmp / "op-bin" / "deploy", "#!/bin/sh\necho TMP-DEPLOY-SECRET\n", 0o700)
+    (tmp / "op-bin").chmod(0o700)
+    _secret(tmp / "op" / "bin" / "tool", "#!/bin/sh\necho NESTED-SECRET\n", 0o755)
+    (tmp / "op").chmod(0o700)
+    _secret(tmp / "pub-bin" / "mytool", "#!/bin/sh\necho PUBLIC-TOOL-RAN\n", 0o755)
+    (tmp / "pub-bin").chmod(0o755)
+    path = f"{tmp}/op-bin:{tmp}/op/bin:{tmp}/pub-bin:{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)
+    private = hostprivate.binds(str(state_dir), "main", hostprivate.dests(None))
+    assert any(dest == os.path.realpath(tmp) for _source, dest in private)
+    view = pinned_view(None, host=True, outside=hostoutside.Outside(private=private))
+    try:
+        script = f"cat {tmp}/op-bin/deploy {tmp}/op/bin/tool; {tmp}/pub-bin/mytool"
+        done = subprocess.run(
+            view.wrap(["/bin/sh", "-c", script]), capture_output=True, text=True, pass_fds=view.fds
+        )
+    finally:
+        view.close()
+    out = done.stdout + done.stderr
+    assert "TMP-DEPLOY-SECRET" not in out and "NESTED-SECRET" not in out, out
+    assert "PUBLIC-TOOL-RAN" in out, out

@@ -130,3 +130,33 @@ def test_a_large_home_is_not_answered_on_an_event_loop(home: Path, monkeypatch: 
     assert homeprivate.known(str(home))
     monkeypatch.setattr(homeprivate, "LOOP_DIRS", 2)
     assert not homeprivate.known(str(home))  # 4 directories stat'ed per view: a thread's too
+
+
+def test_kept_paths_are_judged_by_their_own_mode_privacy_wins(home: Path) -> None:
+    """Fresh round 14 c: a trusted file others may not read is hidden; a trusted dir is walked, shown with
+    only what its own mode lets others read (a private one: every entry hidden); a public kept dir below a
+    private one is reached and judged by its own mode; a shown dir (`never`: a hostWritable one) is not
+    walked."""
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local").chmod(0o700)
+    (home / ".local" / "bin" / "tool").write_text("x")
+    (home / ".local" / "bin" / "deploy").write_text("x")
+    (home / ".local" / "bin" / "deploy").chmod(0o700)
+    (home / "bin").mkdir(mode=0o700)
+    (home / "bin" / "tool").write_text("x")  # 0644, but in a private kept dir
+    (home / "bin" / "sub").mkdir()
+    (home / ".gitconfig.local").write_text("x")
+    (home / ".gitconfig.local").chmod(0o600)
+    (home / "work").mkdir(mode=0o700)
+    (home / "work" / "f").write_text("x")
+    (home / "work" / "f").chmod(0o600)
+    kept_files = [str(home / ".gitconfig.local")]
+    kept_dirs = [str(home / ".local" / "bin"), str(home / "bin")]
+    found = homeprivate.find(str(home), kept_files, kept_dirs, (str(home), str(home / "work")))
+    assert str(home / ".gitconfig.local") in found.files
+    assert str(home / ".local" / "bin" / "deploy") in found.files
+    assert str(home / ".local" / "bin" / "tool") not in found.files
+    assert str(home / ".local" / "bin") not in found.dirs
+    assert str(home / "bin" / "tool") in found.files and str(home / "bin" / "sub") in found.dirs
+    assert str(home / "bin") not in found.dirs
+    assert not any(p.startswith(str(home / "work")) for p in [*found.files, *found.dirs])

@@ -1,0 +1,133 @@
+"""Every gateway of this account records its state dir where every other's host views read it, so each
+covers them all (fresh round 14 c: a second gateway's state dir outside the home, its operator token with
+it, was every host run's of the first; only a view's own state dir was covered).
+
+The record is a directory of the home, `~/.exechost-gateways`, one file per state dir (named by a digest
+of its path, holding the path): the home is read-only in every host view and no `hostWritable` dir may
+hold the record (engine.commands.hosttrust.protected), so no run adds, removes or re-points an entry.
+Each recorded dir is covered whole with an empty tmpfs, as a sandbox workspace root is: outside the home
+(where no mode is judged) and in it too (0700 by engine.statefs, so hidden as private anyway, but not
+inside a hostWritable dir, which is shown as it is); never one that is `/`, holds the home or this view's
+state dir, or holds what every run needs (the PATH and import dirs, the helper) or one of the agent's
+own hostWritable dirs (a cover would hide them). The record is read per view from a cache keyed by its
+directory's stat, each named dir lstat'ed per view (covered only while it is a directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import threading
+from collections.abc import Iterable
+
+NAME = ".exechost-gateways"
+_cache: dict[str, tuple[tuple[int, int, int], tuple[str, ...]]] = {}
+_lock = threading.Lock()
+
+
+def record_dir(home: str) -> str:
+    return os.path.join(home, NAME)
+
+
+def record(home: str, state: str) -> None:
+    """Record `state` (resolved) for every view of this account; best effort (a home this account cannot
+    write keeps no record, and its views cover only their own), never through a link."""
+    real = os.path.realpath(state)
+    where = record_dir(home)
+    with contextlib.suppress(OSError):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(where, 0o700)
+        st = os.lstat(where)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return  # a link or another's: not the record
+        name = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
+        path = os.path.join(where, name)
+        if os.path.lexists(path):
+            return
+        temp = os.path.join(where, f".{name}.{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, os.fsencode(real))
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+
+
+def recorded(home: str) -> tuple[str, ...]:
+    """Every state dir recorded for this account (resolved paths, present or not)."""
+    where = record_dir(home)
+    try:
+        st = os.lstat(where)
+    except OSError:
+        return ()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return ()
+    key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    with _lock:
+        cached = _cache.get(where)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+    found: list[str] = []
+    with contextlib.suppress(OSError), os.scandir(where) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    text = os.fsdecode(os.read(fd, 4096))
+                finally:
+                    os.close(fd)
+                if text.startswith(os.sep):
+                    found.append(text)
+    result = tuple(sorted(set(found)))
+    with _lock:
+        _cache[where] = (key, result)
+    return result
+
+
+def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
+    """The other gateways' state dirs a view of `state` covers: present directories (no link in their
+    place), none that is `/`, holds the home or `state`, is inside `state`, or holds a path of `needed`
+    (what every run needs, the agent's own hostWritable dirs). What the record names is judged once per
+    (record, state, needed); presence per call (a cover of a missing root would make it)."""
+    wanted = tuple(needed)
+    paths = recorded(home)
+    key = (home, state, wanted, paths)
+    with _lock:
+        kept = _judged.get(key)
+    if kept is None:
+        kept = _judge(home, state, wanted, paths)
+        with _lock:
+            if len(_judged) > 64:
+                _judged.clear()
+            _judged[key] = kept
+    out: list[str] = []
+    for path in kept:
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                out.append(path)
+    return tuple(out)
+
+
+_judged: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _judge(home: str, state: str, needed: tuple[str, ...], paths: tuple[str, ...]) -> tuple[str, ...]:
+    own = os.path.realpath(state)
+    home = os.path.realpath(home)
+    must = [os.path.realpath(n) for n in needed]
+    out: list[str] = []
+    for path in paths:
+        if path == own or path == os.sep or _inside(home, path):
+            continue
+        if _inside(own, path) or _inside(path, own) or any(_inside(n, path) for n in must):
+            continue
+        out.append(path)
+    return tuple(out)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)

@@ -1,0 +1,68 @@
+"""engine.commands.gatewaydirs: every gateway's state dir recorded for the account, what a view covers of
+them, the record's cache (an entry added is seen) and the record kept from every run's writes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.commands import gatewaydirs, hostoutside
+from engine.commands.hostroots import writable_roots
+
+
+def test_each_recorded_state_dir_is_another_views_cover(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    a, b, inner = tmp_path / "a", tmp_path / "b", home / ".openclaw"
+    for d in (a, b, inner):
+        d.mkdir(mode=0o700)
+    gatewaydirs.record(str(home), str(a))
+    assert gatewaydirs.others(str(home), str(a), []) == ()  # its own: covered as the state dir already
+    gatewaydirs.record(str(home), str(b))  # the cache is keyed by the record's stat: the new entry shows
+    gatewaydirs.record(str(home), str(inner))  # in the home: covered too (a hostWritable dir may hold it)
+    gatewaydirs.record(str(home), str(a))  # again: one entry
+    assert gatewaydirs.others(str(home), str(a), []) == tuple(sorted([str(b), str(inner)]))
+    assert gatewaydirs.others(str(home), str(b), []) == tuple(sorted([str(a), str(inner)]))
+    # not one holding what the view needs (the agent's own hostWritable dir in it)
+    assert gatewaydirs.others(str(home), str(b), [str(inner / "w")]) == (str(a),)
+    assert len(os.listdir(home / ".exechost-gateways")) == 3
+    b.rmdir()  # judged once, present per call: a cover of a missing root would make it
+    assert gatewaydirs.others(str(home), str(a), []) == (str(inner),)
+    assert os.stat(home / ".exechost-gateways").st_mode & 0o777 == 0o700
+
+
+def test_a_recorded_dir_holding_what_runs_need_or_gone_is_not_covered(tmp_path: Path) -> None:
+    home = tmp_path / "top" / "h"
+    home.mkdir(parents=True)
+    tools = tmp_path / "tools"
+    (tools / "bin").mkdir(parents=True)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for d in (tmp_path / "top", tools, gone, Path(os.sep)):
+        gatewaydirs.record(str(home), str(d))
+    gone.rmdir()
+    # holds the home; holds a PATH dir; gone; `/`
+    assert gatewaydirs.others(str(home), str(tmp_path / "s"), [str(tools / "bin")]) == ()
+
+
+def test_a_link_in_place_of_the_record_is_not_read(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (home / gatewaydirs.NAME).symlink_to(elsewhere)
+    other = tmp_path / "b"
+    other.mkdir()
+    gatewaydirs.record(str(home), str(other))
+    assert os.listdir(elsewhere) == []
+    assert gatewaydirs.recorded(str(home)) == ()
+
+
+def test_no_host_writable_dir_may_hold_the_record(state_dir: Path, tmp_path: Path) -> None:
+    home = Path(os.environ["HOME"])
+    gatewaydirs.record(str(home), str(state_dir))
+    outside = hostoutside.Outside(writable=(str(home / gatewaydirs.NAME),))
+    with pytest.raises(hostoutside.HostViewError, match="holds or is inside"):
+        writable_roots(str(state_dir), None, outside)
