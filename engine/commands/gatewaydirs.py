@@ -22,8 +22,11 @@ import stat
 import threading
 from collections.abc import Iterable
 
+from engine.commands.hostoutside import inside
+
 NAME = ".exechost-gateways"
 _cache: dict[str, tuple[tuple[int, int, int], tuple[str, ...]]] = {}
+_judged: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
 _lock = threading.Lock()
 
 
@@ -112,22 +115,15 @@ def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-_judged: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
-
-
 def _judge(home: str, state: str, needed: tuple[str, ...], paths: tuple[str, ...]) -> tuple[str, ...]:
     own = os.path.realpath(state)
     home = os.path.realpath(home)
     must = [os.path.realpath(n) for n in needed]
     out: list[str] = []
     for path in paths:
-        if path == own or path == os.sep or _inside(home, path):
+        if path == own or path == os.sep or inside(home, path):
             continue
-        if _inside(own, path) or _inside(path, own) or any(_inside(n, path) for n in must):
+        if inside(own, path) or inside(path, own) or any(inside(n, path) for n in must):
             continue
         out.append(path)
     return tuple(out)
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
