@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import pwd
 import time
 from pathlib import Path
 
@@ -131,6 +132,34 @@ def _owe_host(state: Path, agent: str) -> None:
     hostrevocations.end(agent)
 
 
+def _mapped_account(agent: str) -> int | None:
+    """No gateway runs: the account the config maps to `agent`, if the config can be read."""
+    try:
+        entry = load_config(config_path()).agents.get(agent)
+    except Exception:  # (the gateway would refuse this config too; the answer then just names no account)
+        return None
+    return entry.uid if entry is not None else None
+
+
+def _not_revoked(agent: str, account: object, dropped: int, live: bool) -> str:
+    """Why nothing was revoked, and what an agent mapped to a Unix account keeps until its mapping goes."""
+    if not isinstance(account, int):
+        return f"agent {agent!r} has no credential"
+    try:
+        who = f"{pwd.getpwuid(account).pw_name} (uid {account})"
+    except KeyError:
+        who = f"uid {account}"
+    ended = (
+        f"its {dropped} live connection(s), pending asks and host runs were ended; "
+        if live
+        else "its host runs were ended; "
+    )
+    return (
+        f"agent {agent!r} has no credential to revoke: the Unix account {who} is its credential "
+        f"([[agents.list]] in {config_path()}). {ended}it can connect again until that entry is removed"
+    )
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     live = _revoke_live(args.name)
     if live is None:
@@ -142,7 +171,9 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     else:
         removed, dropped = bool(live.get("revoked")), int(live.get("dropped") or 0)  # type: ignore[call-overload]
     if not removed:
-        emit(f"agent {args.name!r} has no credential", {"agent": args.name, "revoked": False}, args.json)
+        account = _mapped_account(args.name) if live is None else live.get("account")
+        details = {"agent": args.name, "revoked": False, "dropped": dropped, "account": account}
+        emit(_not_revoked(args.name, account, dropped, live is not None), details, args.json)
         return 1
     text = f"revoked agent {args.name}'s credential" + (
         f"; dropped {dropped} live connection(s)" if dropped else ""

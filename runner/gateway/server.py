@@ -423,7 +423,13 @@ class GatewayServer:
         """Revoke `agent`'s credential: first stop reading every connection it holds (in one loop turn, so
         nothing it sends from now on is acted upon), then remove the credential, then flush and close
         those connections together (a client that never reads costs one flush timeout, not one each)."""
-        conns = [conn for conn in list(self.connections) if conn.credential == agent]
+        # Its credentialed connections and those of the Unix account mapped to it (which has no credential
+        # to remove, but is the agent as much: what it sent before the revoke is not acted upon either).
+        conns = [
+            conn
+            for conn in list(self.connections)
+            if conn.credential == agent or (conn.other_account and not conn.operator and conn.agent == agent)
+        ]
         for conn in conns:
             conn.stop_reading()
             self.connections.discard(conn)  # no event of anyone's reaches it from now on

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.gateway import FULL, REPO, connect, gateway, write_config
+from tests.helpers.gateway import FULL, REPO, cli, connect, gateway, write_config
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None, reason="needs root and useradd (throwaway users)"
@@ -216,3 +216,77 @@ def test_agent_socket_config_is_checked(state_dir: Path, unix_agents: Setup) -> 
     )
     assert "already agent 'a'" in problem(both)
     assert f"{state_dir / 'config.toml'}:6: agents.list[1].uid:" in problem(both)
+
+
+HOLD_SCRIPT = r"""
+import asyncio, json, sys
+from engine.protocol.client import ControlClient
+
+async def main():
+    client = await ControlClient.connect(client="agent", autostart=False)
+    print(json.dumps({"agent": client.agent}), flush=True)
+    await asyncio.to_thread(sys.stdin.readline)  # the operator revokes meanwhile
+    try:
+        ran = await client.request("exec", {"command": "echo after-revoke", "ask": "always"})
+        print(json.dumps({"after": ran["text"]}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"after": f"{type(exc).__name__}: {exc}"}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_revoking_an_agent_mapped_to_an_account_ends_its_connections_and_says_why(
+    state_dir: Path, unix_agents: Setup
+) -> None:
+    """A revoke of an agent whose credential is its Unix account: there is no credential to remove, so the
+    answer says so and names the account and the entry that keeps mapping it; but its live connections are
+    stopped as a credentialed agent's are (before: left open, acted upon, and the answer said only "has no
+    credential")."""
+    setup = unix_agents
+    sock = setup.root / "sock" / "agents.sock"
+    write_config(
+        state_dir,
+        FULL
+        + f'[gateway]\nagentGroup = "{setup.group}"\nagentSocket = "{sock}"\n'
+        + f'[[agents.list]]\nid = "alpha"\nuser = "{setup.mapped.name}"\n',
+    )
+    who = setup.mapped
+    async with gateway(state_dir) as server:
+        agent = await asyncio.create_subprocess_exec(
+            PYTHON,
+            "-c",
+            HOLD_SCRIPT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            user=who.uid,
+            group=who.gid,
+            extra_groups=[setup.gid],
+            env={
+                "HOME": str(who.home),
+                "OPENCLAW_STATE_DIR": str(who.home / ".openclaw"),
+                "EXECHOST_GATEWAY_SOCKET": str(sock),
+                "PYTHONPATH": str(REPO),
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PATH": "/usr/bin:/bin",
+            },
+            cwd=str(who.home),
+        )
+        assert agent.stdin is not None and agent.stdout is not None
+        try:
+            hello = json.loads(await asyncio.wait_for(agent.stdout.readline(), 60))
+            assert hello == {"agent": "alpha"}  # control: the account is the agent, connected
+            revoked = await asyncio.to_thread(cli, state_dir, "agents", "revoke", "alpha")
+            agent.stdin.write(b"go\n")
+            await agent.stdin.drain()
+            after = json.loads(await asyncio.wait_for(agent.stdout.readline(), 60))
+        finally:
+            if agent.returncode is None:
+                agent.kill()
+            await agent.wait()
+        assert [c for c in server.connections if c.agent == "alpha"] == []
+        assert [r for r in server.services.approvals.pending() if "after-revoke" in r.request.command] == []
+    assert revoked.returncode == 1, revoked
+    assert f"the Unix account {who.name} (uid {who.uid}) is its credential" in revoked.stdout, revoked
+    assert "its 1 live connection(s)" in revoked.stdout and "until that entry is removed" in revoked.stdout
+    assert "after-revoke" not in str(after["after"]), after  # nothing it sent after the revoke ran

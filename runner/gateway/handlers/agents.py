@@ -30,7 +30,18 @@ async def revoke(services: Services, conn: Connection, req: AgentsRevoke) -> dic
     if server is None:
         raise ExecHostError("this gateway serves no connections to revoke")
     revoked, dropped = await server.revoke_agent(agent)
-    return {"agent": agent, "revoked": revoked, "dropped": dropped}
+    return {
+        "agent": agent,
+        "revoked": revoked,
+        "dropped": dropped,
+        "account": mapped_account(services, agent),
+    }
+
+
+def mapped_account(services: Services, agent: str) -> int | None:
+    """The Unix account `[[agents.list]]` maps to `agent`: its credential, which no revoke removes."""
+    entry = services.config().agents.get(agent)
+    return entry.uid if entry is not None else None
 
 
 async def rotate(services: Services, conn: Connection, req: AgentsRotate) -> dict[str, Any]:
