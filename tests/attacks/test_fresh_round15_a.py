@@ -1,0 +1,102 @@
+"""Fresh round 15 a: issue 27 §1, the authority the gateway grants or accepts on its wires and principals.
+
+Each test is an attack by a hostile agent on a real gateway (its sockets, handshake, verbs, credentials),
+as `tests/attacks/harness.py` sets one up. A strict xfail is an attack that works today."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import principals
+from engine.approvals.store import ApprovalsStore
+from engine.protocol.client import ControlClient
+from engine.sessions import registry
+from tests.attacks.harness import ALLOWLIST
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+OPS = ALLOWLIST + '\n[[agents.list]]\nid = "ops"\n'
+
+
+async def _agent(state: Path, token: str | None = None) -> ControlClient:
+    """An agent's connection: with `token`, agent ops's credential; without, the gateway token alone."""
+    return await connect(state, "agent", operator=False, credential=token)
+
+
+def _allow(state: Path, agent: str, program: str) -> None:
+    path = shutil.which(program)
+    assert path is not None
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist(agent, path)
+
+
+async def _approved_run(
+    state: Path, server: Any, ops: ControlClient, command: str, **params: Any
+) -> dict[str, Any]:
+    """Ops asks for `command`; the operator (attached) allows it once; the exec's details."""
+    operator = await connect(state, "op")
+    try:
+        await operator.request("approvals.attach")
+        call = asyncio.ensure_future(ops.request("exec", {"command": command, **params}))
+        await wait_until(lambda: len(server.services.approvals.pending()) == 1)
+        ask = server.services.approvals.pending()[0]
+        assert ask.request.agent_id == "ops"
+        await operator.request("approve", {"id": ask.id, "decision": "allow-once"})
+        result = await asyncio.wait_for(call, 30)
+    finally:
+        await operator.close()
+    details: dict[str, Any] = result["details"]
+    details["_approval"] = ask.id
+    return details
+
+
+# ---- session ids name no owner: an approval's run is looked up by a bare id ---------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an approval's run is kept as a bare session id and `approvals.status`/`history` show "
+    "whatever session holds that id now (`current_run`); ids are reused (3,192 two-word slugs, the "
+    "dropped set is in memory only), so agent ops reads agent main's session's status as its approved "
+    "run's, and the operator's history shows main's live session as the outcome of ops's approval.",
+)
+async def test_class2_a_reused_session_id_is_read_as_another_agents_approved_run(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The id space is small (56 adjectives x 57 nouns) and forgets dropped ids at every restart: on a
+    # busy gateway a collision comes by itself. One word each makes it come on the first session here.
+    monkeypatch.setattr(registry, "_ADJECTIVES", ("calm",))
+    monkeypatch.setattr(registry, "_NOUNS", ("gulf",))
+    write_config(state_dir, OPS)
+    token = principals.mint(state_dir, "ops")
+    _allow(state_dir, "main", "sleep")
+    async with gateway(state_dir) as server:
+        ops = await _agent(state_dir, token)
+        ran = await _approved_run(state_dir, server, ops, "sh -c 'exit 3'", background=True)
+        approval, sid = ran["_approval"], ran["sessionId"]
+
+        async def ended() -> dict[str, Any] | None:
+            got = await ops.request("approvals.status", {"approvalId": approval})
+            return got if got["details"]["run"]["status"] != "running" else None
+
+        mine = await wait_until(ended)
+        assert mine["details"]["run"] == {**mine["details"]["run"], "sessionId": sid, "exitCode": 3}
+        await ops.close()
+    async with gateway(state_dir):
+        main = await _agent(state_dir)  # another agent: main, on the gateway token alone
+        started = await main.request("exec", {"command": "sleep 300", "background": True})
+        assert started["details"]["sessionId"] == sid  # the id ops's approved run had
+        ops = await _agent(state_dir, token)
+        seen = await ops.request("approvals.status", {"approvalId": approval})
+        operator = await connect(state_dir, "op")
+        history = (await operator.request("approvals.history"))["approvals"]
+        row = next(r for r in history if r["id"] == approval)
+        await main.request("process", {"action": "kill", "sessionId": sid})
+        for client in (main, ops, operator):
+            await client.close()
+    # ops's approved run ended with code 3; both views must say so, never main's live session's state
+    assert seen["details"]["run"]["exitCode"] == 3, seen["text"]
+    assert row["run"]["exitCode"] == 3, row["run"]
