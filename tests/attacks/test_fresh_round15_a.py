@@ -6,6 +6,7 @@ as `tests/attacks/harness.py` sets one up. A strict xfail is an attack that work
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,16 @@ import pytest
 from engine import principals
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.client import ControlClient
+from engine.protocol.frames import (
+    OPERATOR_TOKEN_NAME,
+    RemoteError,
+    ensure_token,
+    read_token,
+    token_path,
+)
 from engine.sessions import registry
 from tests.attacks.harness import ALLOWLIST
+from tests.attacks.rawclient import RawClient
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 OPS = ALLOWLIST + '\n[[agents.list]]\nid = "ops"\n'
@@ -100,3 +109,40 @@ async def test_class2_a_reused_session_id_is_read_as_another_agents_approved_run
     # ops's approved run ended with code 3; both views must say so, never main's live session's state
     assert seen["details"]["run"]["exitCode"] == 3, seen["text"]
     assert row["run"]["exitCode"] == 3, row["run"]
+
+
+# ---- the operator's own token: replaced on disk, the old one still holds -------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the gateway reads gateway.json and operator.json once, at its start (server.py "
+    "`_token`/`_operator`), while agent credentials are read at every handshake and re-decided live; "
+    "an operator who replaces a leaked operator.json is refused with the new token, and the leaked one "
+    "keeps the operator role (new connections and live ones, `agents.refresh` included) until a restart.",
+)
+async def test_class1_a_replaced_operator_token_still_opens_the_operator_role(state_dir: Path) -> None:
+    write_config(state_dir, OPS)
+    async with gateway(state_dir):
+        leaked = read_token(state_dir, OPERATOR_TOKEN_NAME)
+        assert leaked
+        holder = await connect(state_dir, "leaked")  # whoever read operator.json: the operator role
+        # The operator learns of the leak and replaces the token, as agents' credentials are replaced.
+        token_path(state_dir, OPERATOR_TOKEN_NAME).unlink()
+        fresh = ensure_token(state_dir, OPERATOR_TOKEN_NAME)
+        assert fresh != leaked
+        dropped = None
+        with contextlib.suppress(RemoteError):
+            operator = await connect(state_dir, "op")  # the new token
+            dropped = (await operator.request("agents.refresh"))["dropped"]
+            await operator.close()
+        again, first = await RawClient.open(state_dir, operator=leaked)
+        again.close()
+        still = not holder.closed and "approvals" in await holder.request("approvals.pending")
+        await holder.close()
+    found = [
+        *(["the operator's new token is refused"] if dropped is None else []),
+        *([f"the leaked token opens a new operator connection: {first}"] if first["type"] != "error" else []),
+        *(["the leaked token's live connection keeps the operator role"] if still else []),
+    ]
+    assert not found, found
