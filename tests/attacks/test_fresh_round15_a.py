@@ -146,3 +146,52 @@ async def test_class1_a_replaced_operator_token_still_opens_the_operator_role(st
         *(["the leaked token's live connection keeps the operator role"] if still else []),
     ]
     assert not found, found
+
+
+def _settled(server: Any, run: dict[str, Any] | None) -> bool:
+    """The approved run ended (its session exited) or was never started (refused, stale, denied)."""
+    if run is None:
+        return False
+    sid = run.get("sessionId")
+    if run.get("status") not in ("starting", "running") or not sid:
+        return True
+    session = server.services.sessions.get(sid)
+    return session is not None and session.status != "running"
+
+
+# ---- a principal cut off by the config: what it asked before still runs as it ---------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='open: `anonymous = "none"` cuts off the gateway-token-only connections (liveprincipal), but '
+    "what such a connection asked stays in the inbox as agent main's and runs when approved: no "
+    "generation is bumped and no ask is settled when a principal stops being one by a config change "
+    "(only a revoke or rotation settles asks), so the operator's approval runs the nobody's command.",
+)
+async def test_class1_an_ask_of_a_connection_the_config_cut_off_runs_when_approved(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    write_config(state_dir, OPS)
+    proof = tmp_path / "ran"
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "op")
+        await operator.request("approvals.attach")
+        anonymous = await _agent(state_dir)  # the gateway token alone: main, for now
+        call = asyncio.ensure_future(
+            anonymous.request("exec", {"command": f"sh -c 'echo ran > {proof}'", "background": True})
+        )
+        await wait_until(lambda: len(server.services.approvals.pending()) == 1)
+        ask = server.services.approvals.pending()[0]
+        # The operator decides the gateway token alone is nobody: that connection is cut off.
+        write_config(state_dir, OPS + '\n[gateway]\nanonymous = "none"\n')
+        await operator.request("agents.refresh")
+        await wait_until(lambda: anonymous.closed)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(call, 5)
+        still = [r.id for r in server.services.approvals.pending()]
+        if ask.id in still:  # shown to the human as main's ask, which it no longer is
+            await operator.request("approve", {"id": ask.id, "decision": "allow-once"})
+            await wait_until(lambda: _settled(server, ask.run))
+        await operator.close()
+    assert not proof.exists(), f"the cut-off connection's command ran after approval (ask {ask.slug})"
