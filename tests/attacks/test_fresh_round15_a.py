@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +198,72 @@ async def test_class1_an_ask_of_a_connection_the_config_cut_off_runs_when_approv
             await wait_until(lambda: _settled(server, ask.run))
         await operator.close()
     assert not proof.exists(), f"the cut-off connection's command ran after approval (ask {ask.slug})"
+
+
+# A process of another Unix account on the agents' socket, in the system Python (the test's venv need not be
+# readable to that account): it says hello with no token, asks for one command and reads until dropped.
+ACCOUNT_PEER = r"""
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+def send(frame):
+    f.write(json.dumps(frame).encode() + b"\n"); f.flush()
+send({"type": "hello", "version": 1, "client": "acct", "name": "acct", "token": ""})
+print(f.readline().decode().strip(), flush=True)
+send({"type": "req", "id": 1, "method": "exec", "params": {"command": sys.argv[2], "background": True}})
+for line in f:
+    print(line.decode().strip(), flush=True)
+"""
+AGENT_UID = 47123  # no passwd entry needed: the kernel's word (SO_PEERCRED) is all the gateway reads
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another Unix account")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: removing an account's `[[agents.list]]` mapping cuts its connections off "
+    "(liveprincipal), but what that account asked as the agent stays pending as the agent's and runs "
+    "when approved; a rotation settles the old credential's asks, an unmapping settles nothing.",
+)
+async def test_class1_an_unmapped_accounts_ask_still_runs_as_its_old_agent(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    door = Path(tempfile.mkdtemp(prefix="ehag-", dir="/tmp"))
+    os.chmod(door, 0o755)  # noqa: S103 - the other account must reach the socket's own (0750) dir
+    proof = door / "ran"
+    mapped = (
+        OPS.replace('id = "ops"\n', f'id = "ops"\nuid = {AGENT_UID}\n')
+        + f'\n[gateway]\nagentGroup = "nogroup"\nagentSocket = "{door}/s/agents.sock"\n'
+    )
+    write_config(state_dir, mapped)
+    peer = None
+    try:
+        async with gateway(state_dir) as server:
+            operator = await connect(state_dir, "op")
+            await operator.request("approvals.attach")
+            peer = await asyncio.create_subprocess_exec(
+                "/usr/bin/python3", "-I", "-c", ACCOUNT_PEER, f"{door}/s/agents.sock",
+                f"sh -c 'echo ran > {proof}'",
+                user=AGENT_UID, group=65534, extra_groups=[65534],
+                stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            assert peer.stdout is not None
+            welcome = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
+            assert welcome.get("agent") == "ops", welcome
+            await wait_until(lambda: len(server.services.approvals.pending()) == 1)
+            ask = server.services.approvals.pending()[0]
+            assert ask.request.agent_id == "ops"
+            # The account is no longer agent ops (it left, or is someone else's now): its mapping goes.
+            write_config(state_dir, mapped.replace(f"uid = {AGENT_UID}\n", ""))
+            await operator.request("agents.refresh")
+            await asyncio.wait_for(peer.wait(), 30)  # dropped
+            if ask.id in [r.id for r in server.services.approvals.pending()]:
+                await operator.request("approve", {"id": ask.id, "decision": "allow-once"})
+                await wait_until(lambda: _settled(server, ask.run))
+            await operator.close()
+        assert not proof.exists(), f"the unmapped account's ask ran as ops after approval ({ask.slug})"
+    finally:
+        if peer is not None and peer.returncode is None:
+            peer.kill()
+            await peer.wait()
+        shutil.rmtree(door, ignore_errors=True)
