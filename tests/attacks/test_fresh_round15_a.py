@@ -229,7 +229,7 @@ async def test_class1_an_unmapped_accounts_ask_still_runs_as_its_old_agent(
     state_dir: Path, tmp_path: Path
 ) -> None:
     door = Path(tempfile.mkdtemp(prefix="ehag-", dir="/tmp"))
-    os.chmod(door, 0o755)  # noqa: S103 - the other account must reach the socket's own (0750) dir
+    os.chmod(door, 0o755)  # the other account must reach the socket's own (0750) dir
     proof = door / "ran"
     mapped = (
         OPS.replace('id = "ops"\n', f'id = "ops"\nuid = {AGENT_UID}\n')
