@@ -1,0 +1,75 @@
+"""Fresh round 15 b, issue 27 §1 (ambient authority): what a run reaches without the operator granting it,
+from inside a run: a gateway host run, a node's run, a bubblewrap sandbox and a Docker sandbox."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.approvals.store import ApprovalsStore
+from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.sshd import SshdNode
+
+SECRET = "tok-15b-9f3e1c"
+
+# Two agents of one gateway: main may use the node (its own policy, full there), ops is allowed only `cat`.
+TWO_AGENTS = (
+    '[tools.exec]\nhost = "auto"\nsecurity = "allowlist"\nask = "on-miss"\n'
+    '[[agents.list]]\nid = "main"\ntools.exec.security = "full"\ntools.exec.ask = "off"\n'
+    '[[agents.list]]\nid = "ops"\n'
+)
+NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+
+
+async def _exec(state: Path, agent: str, command: str, **params: Any) -> dict[str, Any]:
+    client = await connect(state)
+    try:
+        result = await client.request("exec", {"command": command, "agentId": agent, **params})
+    finally:
+        await client.close()
+    details: dict[str, Any] = result["details"]
+    details["_text"] = result["text"]
+    return details
+
+
+def _found(root: Path, name: str) -> Path:
+    hits = [p for p in root.rglob(name) if p.is_file()]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node service's state dir is recorded in no ~/.exechost-gateways entry (only a gateway's "
+    "is), so when the gateway's account also serves as a node with its state dir outside the home, every "
+    "host run reads it whole: another agent's node-run private /tmp copy (an allowlisted cat here), its "
+    "node sandboxes' workspaces and control dirs, node.json.",
+)
+async def test_class1_a_node_services_state_dir_is_a_host_runs(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """The machine is a node (sshd, `node serve`) for a gateway as the same account, its state dir outside
+    the home (here the node's root beside the gateway's: `/srv/exechost-node` on a real machine). Agent
+    main's node run keeps a note in its /tmp, which on the node is main's private copy under the node's
+    state dir; agent ops, allowed only `cat`, reads it from a gateway host run."""
+    alpha = sshd_nodes[0]
+    write_config(state_dir, TWO_AGENTS + "".join(n.config_toml() for n in sshd_nodes))
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("ops", "/usr/bin/cat")
+    tmp = os.environ["EXECHOST_HOST_PRIVATE"]  # the /tmp stand-in, private per agent on the node too
+    async with gateway(state_dir):
+        wrote = await _exec(
+            state_dir, "main", f"echo {SECRET} > {tmp}/main-notes.txt", host="node", node="alpha"
+        )
+        assert wrote["exitCode"] == 0, wrote
+        # main's copy of /tmp on the node, where the node keeps it (the operator's look, for the path)
+        copy = _found(alpha.state_dir / "hostprivate", "main-notes.txt")
+        assert SECRET in copy.read_text()
+        # the machine's /tmp itself does not hold it: only main's copy does
+        assert not (Path(tmp) / "main-notes.txt").exists()
+        read = await _exec(state_dir, "ops", f"/usr/bin/cat {copy}", host="gateway")
+    assert read["status"] == "completed", read
+    assert SECRET not in read["_text"]
