@@ -35,6 +35,16 @@ async def _exec(state: Path, agent: str, command: str, **params: Any) -> dict[st
     return details
 
 
+def _serve_from(node: SshdNode, state: Path) -> None:
+    """The node's sshd again, its `node serve` now with its state dir at `state`: outside every home, as a
+    node operator's `/srv/exechost-node` (the fixture's is in the node's own root, beside the gateway's
+    ssh key, which host views keep read-only)."""
+    state.mkdir(mode=0o700)
+    node.stop()
+    node.state_dir = state
+    node.start()
+
+
 def _found(root: Path, name: str) -> Path:
     hits = [p for p in root.rglob(name) if p.is_file()]
     assert len(hits) == 1, hits
@@ -56,6 +66,7 @@ async def test_class1_a_node_services_state_dir_is_a_host_runs(
     main's node run keeps a note in its /tmp, which on the node is main's private copy under the node's
     state dir; agent ops, allowed only `cat`, reads it from a gateway host run."""
     alpha = sshd_nodes[0]
+    _serve_from(alpha, state_dir.parent / "srv-node")
     write_config(state_dir, TWO_AGENTS + "".join(n.config_toml() for n in sshd_nodes))
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("ops", "/usr/bin/cat")
@@ -73,3 +84,43 @@ async def test_class1_a_node_services_state_dir_is_a_host_runs(
         read = await _exec(state_dir, "ops", f"/usr/bin/cat {copy}", host="gateway")
     assert read["status"] == "completed", read
     assert SECRET not in read["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's sandboxes keep their control dirs (the supervisor's ctl FIFO, each slot's spec) "
+    "under the node's state dir, which no host view covers; a host run of the gateway's account on that "
+    "machine writes a spec and a `run` line and its code runs inside another agent's sandbox, its "
+    "workspace and egress with it.",
+)
+async def test_class1_a_host_run_drives_another_agents_node_sandbox(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Agent main's sandbox on node alpha (bwrap, the node's choice) holds its workspace file. Agent ops's
+    gateway host run finds the sandbox's control dir under the node's state dir and asks its supervisor to
+    run a spec of ops's: the spec copies main's file out to where ops reads it."""
+    alpha = sshd_nodes[0]
+    _serve_from(alpha, state_dir.parent / "srv-node")
+    write_config(
+        state_dir,
+        TWO_AGENTS.replace(
+            'id = "main"\n', 'id = "main"\nsandbox.mode = "all"\nsandbox.node = "alpha"\n'
+        ).replace('id = "ops"\n', 'id = "ops"\ntools.exec.security = "full"\ntools.exec.ask = "off"\n')
+        + "".join(n.config_toml() for n in sshd_nodes),
+    )
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL + '[agents.defaults.sandbox]\nbackend = "bwrap"\n')
+    async with gateway(state_dir):
+        wrote = await _exec(state_dir, "main", f"echo {SECRET} > notes.txt; pwd", host="sandbox")
+        assert wrote["exitCode"] == 0, wrote
+        ctl = [p for p in (alpha.state_dir / "sandbox-ctl").iterdir() if (p / "ctl").exists()]
+        assert len(ctl) == 1, ctl
+        ctl_dir = ctl[0]
+        slot = ctl_dir / "x" / "15b0c0ffee"
+        attack = (
+            f"mkdir {slot} && "
+            f"printf 'cat /workspace/notes.txt > /.exechost/x/15b0c0ffee/leak\\n' > {slot}/spec && "
+            f"echo 'run 15b0c0ffee' > {ctl_dir}/ctl && "
+            f"while [ ! -s {slot}/leak ]; do sleep 0.05; done; cat {slot}/leak"
+        )
+        read = await _exec(state_dir, "ops", attack, host="gateway", timeout=30)
+    assert SECRET not in read["_text"], read
