@@ -124,3 +124,33 @@ async def test_class1_a_host_run_drives_another_agents_node_sandbox(
         )
         read = await _exec(state_dir, "ops", attack, host="gateway", timeout=30)
     assert SECRET not in read["_text"], read
+
+
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own exec (the CLI, the console: no agent's credential) names an agent for "
+    "policy only, yet runs with that agent's private /tmp copy (and network namespace): what the operator's "
+    "command leaves in /tmp is agent main's to read.",
+)
+async def test_class1_the_operators_exec_leaves_its_tmp_files_to_agent_main(state_dir: Path) -> None:
+    """The operator runs a command of its own through exechost (no agent named: main's policy). It writes
+    a file in /tmp, as commands do. Agent main, on the gateway token alone, reads it from its host run."""
+    write_config(state_dir, FULL)
+    tmp = os.environ["EXECHOST_HOST_PRIVATE"]  # the /tmp stand-in: each agent's own copy in its view
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            done = await operator.request("exec", {"command": f"echo {SECRET} > {tmp}/op-export.txt"})
+        finally:
+            await operator.close()
+        assert done["details"]["exitCode"] == 0, done
+        assert not (Path(tmp) / "op-export.txt").exists()  # not the machine's: a private copy's
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            read = await agent.request("exec", {"command": f"cat {tmp}/op-export.txt"})
+        finally:
+            await agent.close()
+    assert SECRET not in read["text"], read
