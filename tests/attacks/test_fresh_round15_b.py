@@ -154,3 +154,30 @@ async def test_class1_the_operators_exec_leaves_its_tmp_files_to_agent_main(stat
         finally:
             await agent.close()
     assert SECRET not in read["text"], read
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: host views cover the sandbox workspace roots the config names now "
+    "(exec_host.workspace_roots); after the operator moves `workspaceRoot`, the old root still holds every "
+    "agent's workspace (they outlive their sandboxes) and is every host run's to read and write.",
+)
+async def test_class1_a_moved_workspace_root_leaves_the_old_workspaces_to_host_runs(state_dir: Path) -> None:
+    """Agent ops keeps notes in its bwrap sandbox's workspace under `workspaceRoot = <old>`. The operator
+    moves the root to <new> (a bigger disk) and restarts; agent main's host run reads ops's notes where
+    they still are."""
+    old, new = state_dir.parent / "sbx-old", state_dir.parent / "sbx-new"
+    ops_sandboxed = (
+        '[[agents.list]]\nid = "ops"\ntools.exec.host = "sandbox"\nsandbox.mode = "all"\n'
+        'sandbox.backend = "bwrap"\n'
+    )
+    write_config(state_dir, FULL + f'[agents.defaults.sandbox]\nworkspaceRoot = "{old}"\n' + ops_sandboxed)
+    async with gateway(state_dir):
+        wrote = await _exec(state_dir, "ops", f"echo {SECRET} > notes.txt", host="sandbox")
+    assert wrote["exitCode"] == 0 and wrote["ranOn"].startswith("sandbox"), wrote
+    notes = _found(old, "notes.txt")
+    write_config(state_dir, FULL + f'[agents.defaults.sandbox]\nworkspaceRoot = "{new}"\n' + ops_sandboxed)
+    async with gateway(state_dir):
+        read = await _exec(state_dir, "main", f"cat {notes}")
+    assert read["status"] == "completed", read
+    assert SECRET not in read["_text"], read
