@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from engine.config.loader import load_config_text
 from runner.gateway import procvisible
-from tests.helpers.gateway import gateway, write_config
+from tests.helpers.gateway import cli, gateway, write_config
 
 LINE = "22 27 0:21 / /proc rw,relatime - proc proc {}\n"
 
@@ -71,3 +72,15 @@ async def test_a_gateway_with_an_agent_on_an_account_says_so_at_start(
             pass
     said = [r.getMessage() for r in caplog.records if r.getMessage() == procvisible.WARNING]
     assert bool(said) is not procvisible.hides_processes()
+
+
+def test_gateway_status_says_it_too(state_dir: Path) -> None:
+    """`exechost gateway status`, the operator's check of a running gateway, repeats the warning."""
+    write_config(state_dir, '[[agents.list]]\nid = "ops"\nuid = 4242\n')
+    try:
+        assert cli(state_dir, "gateway", "start").returncode == 0
+        status = cli(state_dir, "gateway", "status", "--json")
+    finally:
+        cli(state_dir, "gateway", "stop")
+    warnings = json.loads(status.stdout)["details"]["warnings"]
+    assert warnings == ([] if procvisible.hides_processes() else [procvisible.WARNING]), status.stdout
