@@ -55,12 +55,21 @@ def per_call_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
     return statistics.median(out)
 
 
-def spawn_ms(argv: Sequence[str], runs: int, fds: Sequence[int] = (), *, quiet: bool = False) -> float:
-    """Median over `runs` of the ms one `argv` takes, spawned and waited for (`quiet`: its stderr dropped)."""
+def spawn_ms(
+    argv: Sequence[str],
+    runs: int,
+    fds: Sequence[int] = (),
+    *,
+    quiet: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> float:
+    """Median over `runs` of the ms one `argv` takes, spawned and waited for (`quiet`: its stderr dropped;
+    `env`: its environment, else this process's)."""
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(argv, check=True, pass_fds=fds, stderr=subprocess.DEVNULL if quiet else None)
+        stderr = subprocess.DEVNULL if quiet else None
+        subprocess.run(argv, check=True, pass_fds=fds, stderr=stderr, env=env)
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
 

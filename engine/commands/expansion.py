@@ -13,7 +13,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
-from engine.commands import hostoutside, hostview
+from engine.commands import hostoutside, hostview, offargv
 from engine.statefs import state_dir
 
 __all__ = ["HOST_SHELL", "Expansion", "expand"]
@@ -88,11 +88,13 @@ def _shell_expand(word: str, cwd: str, shell: str, outside: hostoutside.Outside)
         return None
     # a workdir in a private dir: its path in the view (engine.commands.hostprivate), as the run has it
     hidden = [bwrap, *ops, "--chdir", outside.chdir or cwd, "--"] if bwrap else []
+    # the agent's word in the environment, never on an argv (engine.commands.offargv)
+    argv, env = offargv.carried([*hidden, shell, "-c", script], {"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
     try:
         done = subprocess.run(
-            [*hidden, shell, "-c", script],
+            argv,
             cwd=cwd,
-            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+            env=env,
             capture_output=True,
             timeout=_TIMEOUT,
             check=False,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import statefs, sysbin
+from engine.commands import offargv
 from engine.errors import ExecHostError
 
 CTL_MOUNT = "/.exechost"
@@ -208,12 +209,16 @@ def spec_script(
     if path_prepend:
         # After `sh -l` has read /etc/profile, which may reset PATH (reference §1.7).
         body = f'export PATH={shlex.quote(path_prepend)}:"$PATH"; {command}'
+    # The body in the login shell's environment, never on its argv: every process of the sandbox is one
+    # of the host's /proc, whose cmdlines any account reads (engine.commands.offargv).
+    _, carry = offargv.shell_words(shell, body, "-lc")
+    lines.extend(f"export {key}={shlex.quote(value)}" for key, value in carry.items())
     if busybox:
-        lines.append(f"set -- -lc {shlex.quote(body)}")
+        lines.append(f"set -- -lc {shlex.quote(offargv.STUB)}")
         lines.append(f'[ -x {shell} ] && exec {shell} "$@"')
         lines.append(f'exec {busybox} sh "$@"')
     else:
-        lines.append(f"exec {shell} -lc {shlex.quote(body)}")
+        lines.append(f"exec {shell} -lc {shlex.quote(offargv.STUB)}")
     return "\n".join(lines) + "\n"
 
 

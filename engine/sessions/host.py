@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.commands.offargv import carried
 from engine.sessions import host_io as wire
 from engine.sessions import procs
 from engine.sessions.hostlink import STREAM_OF, ChannelFactory, HostLink, open_host
@@ -524,9 +525,11 @@ class HostLauncher:
         env[procs.MARKER_ENV] = spec.marker
         if spec.pty:
             env.setdefault("TERM", DEFAULT_TERM)
+        # The command's text in the environment, never on an argv (engine.commands.offargv).
+        argv, env = carried(spec.resolved_argv(), env)
         msg = {
             "id": session_id,
-            "argv": spec.resolved_argv(),
+            "argv": argv,
             "env": env,
             "cwd": spec.cwd or os.getcwd(),
             "pty": spec.pty,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from engine.commands import hostview
+from engine.commands.offargv import carried
 from engine.sessions import host_io, procs
 from engine.sessions.fdreader import FdReader, write_all
 from engine.sessions.host_spawn import start_view_pty
@@ -311,8 +312,10 @@ class LocalLauncher:
         env = dict(os.environ if spec.env is None else spec.env)
         marker = spec.marker or secrets.token_hex(8)
         env[procs.MARKER_ENV] = marker
+        # The command's text in the environment, never on an argv (engine.commands.offargv).
+        argv, env = carried(spec.resolved_argv(), env)
         # A host-view run's status pipe (host_io.status_pipe): its own exit, which bwrap cannot tell.
-        argv, status_fd, status_w = host_io.status_pipe(spec.resolved_argv())
+        argv, status_fd, status_w = host_io.status_pipe(argv)
         if status_w is not None:
             spec = dataclasses.replace(spec, pass_fds=(*spec.pass_fds, status_w))
         try:

@@ -23,6 +23,7 @@ from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostoutside import HostViewError, Outside, home_dir
 from engine.commands.hostroots import refuse_hidden_cwd
 from engine.commands.hostview import joined
+from engine.commands.offargv import carried
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
@@ -410,11 +411,14 @@ async def run_argv(
     """Run argv (no shell) in its own process group; the exec-res payload shape. Output is read as it
     comes and only its tail kept; a command writing past BYTE_CAP on a stream is killed (`outputCapped`),
     and `stdoutTruncated`/`stderrTruncated` say a stream was cut to its tail."""
+    # A shell's text in the environment, never on an argv (engine.commands.offargv); a bare argv is the
+    # program's own, as it will be once exec'd.
+    argv, spawn_env = carried(argv, env)
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
-            env=dict(env),
+            env=spawn_env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

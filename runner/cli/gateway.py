@@ -416,8 +416,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         text += f"\nadopted {adoption['total']} kept session(s) in {adoption.get('elapsedMs', 0):.0f} ms"
     if info.get("configError"):
         text += f"\nconfig: {info['configError']}"
-    emit(text, {"status": "running", **info}, args.json)
+    warnings = [w for w in (_proc_warning(),) if w is not None]
+    text += "".join(f"\nwarning: {w}" for w in warnings)
+    emit(text, {"status": "running", **info, "warnings": warnings}, args.json)
     return 0
+
+
+def _proc_warning() -> str | None:
+    """What the gateway logged at its start about /proc (runner.gateway.procvisible), asked again here: the
+    same config on the same machine (None when it does not load: `config:` says why)."""
+    from engine.config.loader import config_path, load_config
+    from runner.gateway import procvisible
+
+    try:
+        return procvisible.warning(load_config(config_path()))
+    except Exception:  # (the daemon's own answer says what is wrong with it)
+        return None
 
 
 def unit_text(config: str | None = None) -> str:

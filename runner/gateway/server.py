@@ -160,6 +160,9 @@ class GatewayServer:
             self._socket_ino = os.lstat(self.socket_path).st_ino
             clear_stop(self.state_dir)  # a gateway runs again: clients may start the next one themselves
             await self._start_agents_socket()
+            said = procvisible.warning(self.services.config())
+            if said is not None:  # (the log is the gateway's stderr)
+                log.warning(said)
         except BaseException:
             if self._server is not None:
                 self._server.close()
@@ -213,8 +216,6 @@ class GatewayServer:
         os.chmod(path, 0o660)
         self._agents_ino = os.lstat(path).st_ino
         log.info("agents' socket on %s (group %s)", path, gw.agent_group)
-        if not procvisible.hides_processes():
-            log.warning(procvisible.WARNING)
 
     def request_stop(self) -> None:
         self._stopped.set()

@@ -158,14 +158,6 @@ def _throwaway_account() -> Iterator[int]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None, reason="needs root and useradd")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every agent's host run is a process of the host's /proc, whose cmdline any account can "
-    "read (no hidepid): agent ops on its own Unix account (the strong setup) reads the text of agent "
-    "main's running command, and whatever token it carries, from exechost-hostenter's argv (`enter … -- "
-    "/bin/sh -c <command>`), and of a sandboxed one from the sandbox's shell (a bwrap sandbox's processes "
-    "are the host's too), although the gateway shows ops none of main's sessions",
-)
 @pytest.mark.parametrize("where", ["host", "bwrap-sandbox"])
 async def test_class1_an_agent_on_its_own_account_reads_another_agents_running_command(
     state_dir: Path, where: str
