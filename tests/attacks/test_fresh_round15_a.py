@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,57 @@ async def test_class1_an_unmapped_accounts_ask_still_runs_as_its_old_agent(
             peer.kill()
             await peer.wait()
         shutil.rmtree(door, ignore_errors=True)
+
+
+# ---- what the autostarting client leaves the daemon besides its env ------------------------------------
+
+
+FULL_MAIN = (
+    '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+    '\n[[agents.list]]\nid = "main"\ntools.exec.security = "full"\ntools.exec.ask = "off"\n'
+    '\n[[agents.list]]\nid = "ops"\n'
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the daemon an agent's client autostarts keeps that client's umask (spawn_gateway "
+    "filters its env only), and every principal's host runs inherit it: agent ops starts the gateway "
+    "with umask 0, and what agent main's (or the operator's) runs create is writable by every account.",
+)
+async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Path) -> None:
+    write_config(state_dir, FULL_MAIN)
+    token = principals.mint(state_dir, "ops")
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "EXECHOST_AGENT_TOKEN": token}
+    env.pop("EXECHOST_GATEWAY_SOCKET", None)
+
+    def loose() -> None:
+        os.umask(0)
+
+    # Agent ops's own client (its MCP server, its `exechost exec`) finds no gateway and starts one.
+    started = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runner", "exec", "true",
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        cwd=str(state_dir.parent), preexec_fn=loose,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    said, _ = await asyncio.wait_for(started.communicate(), 120)
+    operator = await ControlClient.connect(state_dir, client="op", autostart=False, operator=True)
+    try:
+        pid = (await operator.request("status"))["pid"]
+        daemon_umask = next(
+            line.split()[1]
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("Umask:")
+        )
+        main = await ControlClient.connect(state_dir, client="main", autostart=False)
+        ran = await main.request("exec", {"command": "umask"})
+        await main.close()
+    finally:
+        with contextlib.suppress(Exception):
+            await operator.request("shutdown")
+        await operator.close()
+    assert b"started a gateway" in said, said
+    run_umask = str(ran["details"].get("aggregated", "")).strip()
+    # Whatever the operator's own umask, another account must never be able to write what a run makes.
+    assert int(run_umask, 8) & 0o002, f"the gateway's umask is {daemon_umask}, main's run's {run_umask}"
