@@ -273,6 +273,12 @@ async def test_class1_an_unmapped_accounts_ask_still_runs_as_its_old_agent(
 # ---- what the autostarting client leaves the daemon besides its env ------------------------------------
 
 
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return True
+
+
 FULL_MAIN = (
     '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
     '\n[[agents.list]]\nid = "main"\ntools.exec.security = "full"\ntools.exec.ask = "off"\n'
@@ -304,6 +310,7 @@ async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Pat
     )  # fmt: skip
     said, _ = await asyncio.wait_for(started.communicate(), 120)
     operator = await ControlClient.connect(state_dir, client="op", autostart=False, operator=True)
+    pid = 0
     try:
         pid = (await operator.request("status"))["pid"]
         daemon_umask = next(
@@ -318,6 +325,8 @@ async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Pat
         with contextlib.suppress(Exception):
             await operator.request("shutdown")
         await operator.close()
+        if pid:  # the daemon is gone before the test ends (the suite's fixture would warn of it)
+            await wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout=30)
     assert b"started a gateway" in said, said
     run_umask = str(ran["details"].get("aggregated", "")).strip()
     # Whatever the operator's own umask, another account must never be able to write what a run makes.
