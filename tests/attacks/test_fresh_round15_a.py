@@ -331,3 +331,42 @@ async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Pat
     run_umask = str(ran["details"].get("aggregated", "")).strip()
     # Whatever the operator's own umask, another account must never be able to write what a run makes.
     assert int(run_umask, 8) & 0o002, f"the gateway's umask is {daemon_umask}, main's run's {run_umask}"
+
+
+# ---- the operator's own runs: filed in agent main's namespace ------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's exec (the CLI, the console, no --agent) names agent main for policy, and "
+    "its session is filed under `agent:main` (ExecContext.scope_key), so whoever holds only the gateway "
+    "token (agent main: every credentialed agent that leaves its credential out) lists it and reads its "
+    "output and its events; the operator's own runs have no scope of their own.",
+)
+async def test_class1_the_operators_run_output_is_the_gateway_token_holders(state_dir: Path) -> None:
+    write_config(state_dir, FULL_MAIN)
+    async with gateway(state_dir):
+        operator = await connect(state_dir, "op")
+        ran = await operator.request(
+            "exec", {"command": "echo OPERATOR-SECRET-41; sleep 30", "background": True}
+        )
+        sid = ran["details"]["sessionId"]
+        anonymous = await _agent(state_dir)  # the gateway token alone
+
+        async def read() -> str:
+            got = await anonymous.request("process", {"action": "log", "sessionId": sid})
+            text = str(got.get("text") or "")
+            return text if "OPERATOR-SECRET-41" in text else ""
+
+        seen = ""
+        with contextlib.suppress(Exception):
+            seen = await wait_until(read, timeout=5)
+        listed = [s.get("sessionId") or s.get("id") for s in await anonymous.list_sessions()]
+        await operator.request("process", {"action": "kill", "sessionId": sid})
+        for client in (anonymous, operator):
+            await client.close()
+    found = [
+        *(["the operator's session is in its list"] if sid in listed else []),
+        *([f"it read the operator's output: {seen!r}"] if seen else []),
+    ]
+    assert not found, f"the gateway-token holder: {found}"
