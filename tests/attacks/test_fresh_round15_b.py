@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import connect, gateway, write_config
 from tests.helpers.sshd import SshdNode
 
@@ -236,3 +237,43 @@ async def test_class1_the_operators_loopback_connection_reaches_agent_mains_serv
             await agent.close()
             await operator.close()
     assert SECRET not in got["text"], got
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own exec is filed in the named agent's scope (agent:main), so agent main "
+    "lists the operator's shell session and types into it (`process write`): main's commands run in the "
+    "operator's run, in the operator's pids group (exechost-operator-<install>), which no revoke of main "
+    "kills.",
+)
+async def test_class1_agent_main_types_into_the_operators_shell_session(state_dir: Path) -> None:
+    """The operator opens a shell through exechost (a background `sh` reading its input: the console's
+    way to keep one). Agent main, on the gateway token alone, finds it in its own session list and writes
+    a line to it; the line runs in the operator's shell."""
+    write_config(state_dir, FULL)
+    tmp = os.environ["EXECHOST_HOST_PRIVATE"]
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            opened = await operator.request("exec", {"command": "sh", "background": True})
+            shell = opened["details"]["sessionId"]
+            listed = await agent.request("process", {"action": "list"})
+            if shell not in {s["sessionId"] for s in listed["details"].get("sessions", [])}:
+                return  # not main's to see
+            try:
+                await agent.request(
+                    "process",
+                    {"action": "write", "sessionId": shell, "data": f"cat /proc/self/cgroup > {tmp}/ran\n"},
+                )
+            except RemoteError:
+                return  # refused: the operator's session is not main's to write
+            ran = await agent.request(
+                "exec",
+                {"command": f"while [ ! -s {tmp}/ran ]; do sleep 0.02; done; cat {tmp}/ran", "timeout": 20},
+            )
+            await operator.request("process", {"action": "kill", "sessionId": shell})
+        finally:
+            await agent.close()
+            await operator.close()
+    assert "pids:/exechost-operator-" not in ran["text"], ran
