@@ -4,6 +4,8 @@ from inside a run: a gateway host run, a node's run, a bubblewrap sandbox and a 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,8 @@ import pytest
 
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
+from tests.attacks.harness import attempt
+from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import connect, gateway, write_config
 from tests.helpers.sshd import SshdNode
 
@@ -277,3 +281,36 @@ async def test_class1_agent_main_types_into_the_operators_shell_session(state_di
             await agent.close()
             await operator.close()
     assert "pids:/exechost-operator-" not in ran["text"], ran
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: each gateway hides what its own config names (nodes' identityFile, identityAgent, the "
+    "engine's client keys) and covers its own roots; ~/.exechost-gateways records only state dirs, so a "
+    "second gateway's node login key outside the home is every host run's of the first (an allowlisted cat).",
+)
+async def test_class1_another_gateways_node_login_key_is_a_host_runs(state_dir: Path) -> None:
+    """Gateway B (the same account, its state dir and its node's key in /srv-like dirs outside the home)
+    runs beside this one. Agent main of this gateway, allowed only `cat`, reads B's node login key:
+    the key B hides from its own host runs, which logs in to B's node as its account."""
+    root = state_dir.parent
+    keys = root / "b-keys"
+    keys.mkdir(mode=0o700)
+    key = keys / "build_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "b-build", "-f", str(key)], check=True
+    )
+    (keys / "known_hosts").touch(mode=0o600)
+    other = root / "sb"
+    other.mkdir(mode=0o700)
+    write_config(
+        other,
+        f'[nodes.build]\nhost = "127.0.0.9"\nport = 22\nuser = "ci"\nidentityFile = "{key}"\n'
+        f'knownHosts = "{keys / "known_hosts"}"\n',
+    )
+    b = Daemon(other).start()
+    try:
+        read = await attempt(state_dir, f"/usr/bin/cat {key}", allow=[("/usr/bin/cat", None)])
+    finally:
+        b.kill(signal.SIGTERM)
+    assert "PRIVATE KEY" not in read["_text"], read
