@@ -4,6 +4,7 @@ from inside a run: a gateway host run, a node's run, a bubblewrap sandbox and a 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -314,3 +315,34 @@ async def test_class1_another_gateways_node_login_key_is_a_host_runs(state_dir: 
     finally:
         b.kill(signal.SIGTERM)
     assert "PRIVATE KEY" not in read["_text"], read
+
+
+BWRAP_FULL = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root gateway's bwrap sandbox"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a root gateway's bwrap sandbox is host uid 0 (capabilities dropped, DAC as the owner): "
+    "/usr is bound whole, so a root-only file under it (an admin's /usr/local/etc secret, 0600 in a 0700 "
+    "dir) is the agent's to read; only /etc is an allowlist.",
+)
+async def test_class1_a_root_gateways_bwrap_sandbox_reads_root_only_files_under_usr(state_dir: Path) -> None:
+    """The operator (root) keeps a backup credential in /usr/local/etc, 0600 in a 0700 dir: no other
+    account reads it. The agent's bwrap sandbox does."""
+    secret_dir = Path("/usr/local/etc") / f"exechost-15b-{os.getpid()}"
+    secret_dir.mkdir(mode=0o700)
+    try:
+        key = secret_dir / "backup.key"
+        key.write_text(SECRET + "\n")
+        key.chmod(0o600)
+        read = await attempt(state_dir, f"cat {key}", config=BWRAP_FULL)
+    finally:
+        shutil.rmtree(secret_dir, ignore_errors=True)
+    assert read.get("ranOn", "").startswith("sandbox"), read
+    assert SECRET not in read["_text"], read
