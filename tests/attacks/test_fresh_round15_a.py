@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -218,15 +219,31 @@ for line in f:
 AGENT_UID = 47123  # no passwd entry needed: the kernel's word (SO_PEERCRED) is all the gateway reads
 
 
+async def _account_peer(door: Path, command: str) -> asyncio.subprocess.Process:
+    """A process of account AGENT_UID (group nogroup) asking for `command` on the agents' socket."""
+    peer = await asyncio.create_subprocess_exec(
+        "/usr/bin/python3", "-I", "-c", ACCOUNT_PEER, f"{door}/s/agents.sock", command,
+        user=AGENT_UID, group=65534, extra_groups=[65534],
+        stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert peer.stdout is not None
+    welcome = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
+    assert welcome.get("agent") == "ops", welcome
+    return peer
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another Unix account")
 @pytest.mark.xfail(
     strict=True,
     reason="open: removing an account's `[[agents.list]]` mapping cuts its connections off "
     "(liveprincipal), but what that account asked as the agent stays pending as the agent's and runs "
-    "when approved; a rotation settles the old credential's asks, an unmapping settles nothing.",
+    "when approved, live or restored by the next gateway (its journal keeps no proof to re-check, only "
+    "a credential digest, empty for an account); a rotation settles the old credential's asks, an "
+    "unmapping settles nothing.",
 )
+@pytest.mark.parametrize("restart", [False, True], ids=["live", "restarted"])
 async def test_class1_an_unmapped_accounts_ask_still_runs_as_its_old_agent(
-    state_dir: Path, tmp_path: Path
+    state_dir: Path, restart: bool
 ) -> None:
     door = Path(tempfile.mkdtemp(prefix="ehag-", dir="/tmp"))
     os.chmod(door, 0o755)  # the other account must reach the socket's own (0750) dir
@@ -235,35 +252,143 @@ async def test_class1_an_unmapped_accounts_ask_still_runs_as_its_old_agent(
         OPS.replace('id = "ops"\n', f'id = "ops"\nuid = {AGENT_UID}\n')
         + f'\n[gateway]\nagentGroup = "nogroup"\nagentSocket = "{door}/s/agents.sock"\n'
     )
+    unmapped = mapped.replace(f"uid = {AGENT_UID}\n", "")
     write_config(state_dir, mapped)
     peer = None
     try:
         async with gateway(state_dir) as server:
             operator = await connect(state_dir, "op")
             await operator.request("approvals.attach")
-            peer = await asyncio.create_subprocess_exec(
-                "/usr/bin/python3", "-I", "-c", ACCOUNT_PEER, f"{door}/s/agents.sock",
-                f"sh -c 'echo ran > {proof}'",
-                user=AGENT_UID, group=65534, extra_groups=[65534],
-                stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-            assert peer.stdout is not None
-            welcome = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
-            assert welcome.get("agent") == "ops", welcome
+            peer = await _account_peer(door, f"sh -c 'echo ran > {proof}'")
             await wait_until(lambda: len(server.services.approvals.pending()) == 1)
             ask = server.services.approvals.pending()[0]
             assert ask.request.agent_id == "ops"
             # The account is no longer agent ops (it left, or is someone else's now): its mapping goes.
-            write_config(state_dir, mapped.replace(f"uid = {AGENT_UID}\n", ""))
+            write_config(state_dir, unmapped)
             await operator.request("agents.refresh")
             await asyncio.wait_for(peer.wait(), 30)  # dropped
-            if ask.id in [r.id for r in server.services.approvals.pending()]:
-                await operator.request("approve", {"id": ask.id, "decision": "allow-once"})
-                await wait_until(lambda: _settled(server, ask.run))
+            if not restart:
+                await _approve_if_pending(server, operator, ask.id)
             await operator.close()
+        if restart:
+            async with gateway(state_dir) as server:
+                operator = await connect(state_dir, "op")
+                await _approve_if_pending(server, operator, ask.id)
+                await operator.close()
         assert not proof.exists(), f"the unmapped account's ask ran as ops after approval ({ask.slug})"
     finally:
         if peer is not None and peer.returncode is None:
             peer.kill()
             await peer.wait()
         shutil.rmtree(door, ignore_errors=True)
+
+
+async def _approve_if_pending(server: Any, operator: ControlClient, approval: str) -> None:
+    """The operator approves the ask once, if it is still there, and waits for what that led to."""
+    if approval not in [r.id for r in server.services.approvals.pending()]:
+        return
+    await operator.request("approve", {"id": approval, "decision": "allow-once"})
+    record = server.services.approvals.lookup(approval)
+    await wait_until(lambda: _settled(server, record.run if record is not None else {"status": "gone"}))
+
+
+# ---- what the autostarting client leaves the daemon besides its env ------------------------------------
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return True
+
+
+FULL_MAIN = (
+    '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+    '\n[[agents.list]]\nid = "main"\ntools.exec.security = "full"\ntools.exec.ask = "off"\n'
+    '\n[[agents.list]]\nid = "ops"\n'
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the daemon an agent's client autostarts keeps that client's umask (spawn_gateway "
+    "filters its env only), and every principal's host runs inherit it: agent ops starts the gateway "
+    "with umask 0, and what agent main's (or the operator's) runs create is writable by every account.",
+)
+async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Path) -> None:
+    write_config(state_dir, FULL_MAIN)
+    token = principals.mint(state_dir, "ops")
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "EXECHOST_AGENT_TOKEN": token}
+    env.pop("EXECHOST_GATEWAY_SOCKET", None)
+
+    def loose() -> None:
+        os.umask(0)
+
+    # Agent ops's own client (its MCP server, its `exechost exec`) finds no gateway and starts one.
+    started = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runner", "exec", "true",
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        cwd=str(state_dir.parent), preexec_fn=loose,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    said, _ = await asyncio.wait_for(started.communicate(), 120)
+    operator = await ControlClient.connect(state_dir, client="op", autostart=False, operator=True)
+    pid = 0
+    try:
+        pid = (await operator.request("status"))["pid"]
+        daemon_umask = next(
+            line.split()[1]
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("Umask:")
+        )
+        main = await ControlClient.connect(state_dir, client="main", autostart=False)
+        ran = await main.request("exec", {"command": "umask"})
+        await main.close()
+    finally:
+        with contextlib.suppress(Exception):
+            await operator.request("shutdown")
+        await operator.close()
+        if pid:  # the daemon is gone before the test ends (the suite's fixture would warn of it)
+            await wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout=30)
+    assert b"started a gateway" in said, said
+    run_umask = str(ran["details"].get("aggregated", "")).strip()
+    # Whatever the operator's own umask, another account must never be able to write what a run makes.
+    assert int(run_umask, 8) & 0o002, f"the gateway's umask is {daemon_umask}, main's run's {run_umask}"
+
+
+# ---- the operator's own runs: filed in agent main's namespace ------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's exec (the CLI, the console, no --agent) names agent main for policy, and "
+    "its session is filed under `agent:main` (ExecContext.scope_key), so whoever holds only the gateway "
+    "token (agent main: every credentialed agent that leaves its credential out) lists it and reads its "
+    "output and its events; the operator's own runs have no scope of their own.",
+)
+async def test_class1_the_operators_run_output_is_the_gateway_token_holders(state_dir: Path) -> None:
+    write_config(state_dir, FULL_MAIN)
+    async with gateway(state_dir):
+        operator = await connect(state_dir, "op")
+        ran = await operator.request(
+            "exec", {"command": "echo OPERATOR-SECRET-41; sleep 30", "background": True}
+        )
+        sid = ran["details"]["sessionId"]
+        anonymous = await _agent(state_dir)  # the gateway token alone
+
+        async def read() -> str:
+            got = await anonymous.request("process", {"action": "log", "sessionId": sid})
+            text = str(got.get("text") or "")
+            return text if "OPERATOR-SECRET-41" in text else ""
+
+        seen = ""
+        with contextlib.suppress(Exception):
+            seen = await wait_until(read, timeout=5)
+        listed = [s.get("sessionId") or s.get("id") for s in await anonymous.list_sessions()]
+        await operator.request("process", {"action": "kill", "sessionId": sid})
+        for client in (anonymous, operator):
+            await client.close()
+    found = [
+        *(["the operator's session is in its list"] if sid in listed else []),
+        *([f"it read the operator's output: {seen!r}"] if seen else []),
+    ]
+    assert not found, f"the gateway-token holder: {found}"

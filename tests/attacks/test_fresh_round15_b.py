@@ -4,12 +4,18 @@ from inside a run: a gateway host run, a node's run, a bubblewrap sandbox and a 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import RemoteError
+from tests.attacks.harness import attempt
+from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import connect, gateway, write_config
 from tests.helpers.sshd import SshdNode
 
@@ -236,3 +242,107 @@ async def test_class1_the_operators_loopback_connection_reaches_agent_mains_serv
             await agent.close()
             await operator.close()
     assert SECRET not in got["text"], got
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own exec is filed in the named agent's scope (agent:main), so agent main "
+    "lists the operator's shell session and types into it (`process write`): main's commands run in the "
+    "operator's run, in the operator's pids group (exechost-operator-<install>), which no revoke of main "
+    "kills.",
+)
+async def test_class1_agent_main_types_into_the_operators_shell_session(state_dir: Path) -> None:
+    """The operator opens a shell through exechost (a background `sh` reading its input: the console's
+    way to keep one). Agent main, on the gateway token alone, finds it in its own session list and writes
+    a line to it; the line runs in the operator's shell."""
+    write_config(state_dir, FULL)
+    tmp = os.environ["EXECHOST_HOST_PRIVATE"]
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            opened = await operator.request("exec", {"command": "sh", "background": True})
+            shell = opened["details"]["sessionId"]
+            listed = await agent.request("process", {"action": "list"})
+            if shell not in {s["sessionId"] for s in listed["details"].get("sessions", [])}:
+                return  # not main's to see
+            try:
+                await agent.request(
+                    "process",
+                    {"action": "write", "sessionId": shell, "data": f"cat /proc/self/cgroup > {tmp}/ran\n"},
+                )
+            except RemoteError:
+                return  # refused: the operator's session is not main's to write
+            ran = await agent.request(
+                "exec",
+                {"command": f"while [ ! -s {tmp}/ran ]; do sleep 0.02; done; cat {tmp}/ran", "timeout": 20},
+            )
+            await operator.request("process", {"action": "kill", "sessionId": shell})
+        finally:
+            await agent.close()
+            await operator.close()
+    assert "pids:/exechost-operator-" not in ran["text"], ran
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: each gateway hides what its own config names (nodes' identityFile, identityAgent, the "
+    "engine's client keys) and covers its own roots; ~/.exechost-gateways records only state dirs, so a "
+    "second gateway's node login key outside the home is every host run's of the first (an allowlisted cat).",
+)
+async def test_class1_another_gateways_node_login_key_is_a_host_runs(state_dir: Path) -> None:
+    """Gateway B (the same account, its state dir and its node's key in /srv-like dirs outside the home)
+    runs beside this one. Agent main of this gateway, allowed only `cat`, reads B's node login key:
+    the key B hides from its own host runs, which logs in to B's node as its account."""
+    root = state_dir.parent
+    keys = root / "b-keys"
+    keys.mkdir(mode=0o700)
+    key = keys / "build_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "b-build", "-f", str(key)], check=True
+    )
+    (keys / "known_hosts").touch(mode=0o600)
+    other = root / "sb"
+    other.mkdir(mode=0o700)
+    write_config(
+        other,
+        f'[nodes.build]\nhost = "127.0.0.9"\nport = 22\nuser = "ci"\nidentityFile = "{key}"\n'
+        f'knownHosts = "{keys / "known_hosts"}"\n',
+    )
+    b = Daemon(other).start()
+    try:
+        read = await attempt(state_dir, f"/usr/bin/cat {key}", allow=[("/usr/bin/cat", None)])
+    finally:
+        b.kill(signal.SIGTERM)
+    assert "PRIVATE KEY" not in read["_text"], read
+
+
+BWRAP_FULL = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root gateway's bwrap sandbox"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a root gateway's bwrap sandbox is host uid 0 (capabilities dropped, DAC as the owner): "
+    "/usr is bound whole, so a root-only file under it (an admin's /usr/local/etc secret, 0600 in a 0700 "
+    "dir) is the agent's to read; only /etc is an allowlist.",
+)
+async def test_class1_a_root_gateways_bwrap_sandbox_reads_root_only_files_under_usr(state_dir: Path) -> None:
+    """The operator (root) keeps a backup credential in /usr/local/etc, 0600 in a 0700 dir: no other
+    account reads it. The agent's bwrap sandbox does."""
+    secret_dir = Path("/usr/local/etc") / f"exechost-15b-{os.getpid()}"
+    secret_dir.mkdir(mode=0o700)
+    try:
+        key = secret_dir / "backup.key"
+        key.write_text(SECRET + "\n")
+        key.chmod(0o600)
+        read = await attempt(state_dir, f"cat {key}", config=BWRAP_FULL)
+    finally:
+        shutil.rmtree(secret_dir, ignore_errors=True)
+    assert read.get("ranOn", "").startswith("sandbox"), read
+    assert SECRET not in read["_text"], read
