@@ -162,3 +162,17 @@ def file_lock(path: Path) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+# What every daemon's runs start with at least: no write for other accounts (group and other stay as the
+# operator's own umask has them when it is stricter).
+DAEMON_UMASK = 0o022
+
+
+def settle_umask() -> int:
+    """A daemon (gateway, node service) takes a umask no looser than DAEMON_UMASK, whoever started it: an
+    agent's client that autostarts the gateway with umask 0 would otherwise make every principal's runs
+    create files other accounts can write. Returns the umask now in force."""
+    old = os.umask(DAEMON_UMASK)
+    os.umask(old | DAEMON_UMASK)
+    return old | DAEMON_UMASK

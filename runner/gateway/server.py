@@ -605,6 +605,7 @@ async def run_gateway(
     state_dir: Path | None = None, *, config_path: str | None = None, ready: asyncio.Event | None = None
 ) -> None:
     """Serve until SIGTERM/SIGINT or a `shutdown` request; then stop gracefully."""
+    statefs.settle_umask()  # before anything it starts inherits the umask of whoever started it
     server = GatewayServer(state_dir, config_path=config_path)
     server.services.hold_sessions()  # the daemon's sessions outlive it (engine.sessions.host)
     await server.start()

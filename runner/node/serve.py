@@ -460,6 +460,7 @@ async def serve_stdio() -> int:
     if refused:  # as the gateway does: every view this node makes would protect the wrong home
         print(f"exechost node: {refused}", file=sys.stderr)
         return 1
+    statefs.settle_umask()  # as the gateway's: sshd's or the login's, never looser than 022
     state = statefs.ensure_private_dir(statefs.state_dir())
     relayed = await relay_to_service(state, reader, writer)
     if relayed is not None:

@@ -140,6 +140,7 @@ async def run_service() -> int:
     if refused:  # as the gateway does: every view this node makes would protect the wrong home
         print(f"exechost node run: {refused}", file=sys.stderr)
         return 1
+    statefs.settle_umask()
     state = statefs.ensure_private_dir(statefs.state_dir())
     service = NodeService(state)
     loop = asyncio.get_running_loop()

@@ -308,12 +308,6 @@ FULL_MAIN = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the daemon an agent's client autostarts keeps that client's umask (spawn_gateway "
-    "filters its env only), and every principal's host runs inherit it: agent ops starts the gateway "
-    "with umask 0, and what agent main's (or the operator's) runs create is writable by every account.",
-)
 async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Path) -> None:
     write_config(state_dir, FULL_MAIN)
     token = principals.mint(state_dir, "ops")

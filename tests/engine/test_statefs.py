@@ -70,3 +70,17 @@ def test_try_lock_is_held_until_its_fd_closes(tmp_path: Path) -> None:
     assert again is not None
     os.close(again)
     assert stat.S_IMODE(os.stat(tmp_path / "d" / "thing.sock.lock").st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("started_with", "kept"), [(0o000, 0o022), (0o002, 0o022), (0o077, 0o077), (0o027, 0o027)]
+)
+def test_a_daemon_umask_is_never_looser_than_022(started_with: int, kept: int) -> None:
+    """Whoever starts a daemon (an agent's client autostarting the gateway with umask 0) gives its runs no
+    write for other accounts; an operator's stricter umask is kept as it is."""
+    old = os.umask(started_with)
+    try:
+        assert statefs.settle_umask() == kept
+        assert os.umask(old) == kept
+    finally:
+        os.umask(old)
