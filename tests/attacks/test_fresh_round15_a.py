@@ -505,3 +505,33 @@ async def test_class1_the_operators_run_dials_agent_mains_loopback_server(
             await client.close()
     said = str(ran["details"].get("aggregated", ""))
     assert "agent main" not in said, f"the operator's command talked to main's server: {said!r}"
+
+
+# ---- held: what a rotation does to the old credential's ask (the contrast to the config cut-offs above) ----
+
+
+async def test_held_a_rotation_settles_what_the_old_credential_asked(state_dir: Path, tmp_path: Path) -> None:
+    """The same ask as in the cut-off attacks above, made with a credential the operator then rotates: it is
+    settled at once and never runs, however the operator answers its row afterwards."""
+    write_config(state_dir, OPS)
+    token = principals.mint(state_dir, "ops")
+    proof = tmp_path / "ran"
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "op")
+        await operator.request("approvals.attach")
+        ops = await _agent(state_dir, token)
+        call = asyncio.ensure_future(
+            ops.request("exec", {"command": f"sh -c 'echo ran > {proof}'", "background": True})
+        )
+        await wait_until(lambda: len(server.services.approvals.pending()) == 1)
+        ask = server.services.approvals.pending()[0]
+        rotated = await operator.request("agents.rotate", {"agent": "ops"})
+        assert rotated["dropped"] == 1
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(call, 10)
+        assert ask.id not in [r.id for r in server.services.approvals.pending()]
+        with contextlib.suppress(RemoteError):
+            await operator.request("approve", {"id": ask.id, "decision": "allow-once"})
+        assert ask.resolved and ask.decision != "allow-once"
+        await operator.close()
+    assert not proof.exists()
