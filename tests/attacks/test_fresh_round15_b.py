@@ -354,6 +354,34 @@ async def test_class1_a_root_gateways_bwrap_sandbox_reads_root_only_files_under_
     assert SECRET not in read["_text"], read
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: host views cover this gateway's own sandbox roots; a second gateway of the account with "
+    "its `workspaceRoot` outside its state dir (/srv-like) keeps its agents' workspaces where no record "
+    "names them, so every host run of the first reads (and writes) them.",
+)
+async def test_class1_another_gateways_sandbox_workspaces_are_a_host_runs(state_dir: Path) -> None:
+    """Gateway B runs beside this one, its sandboxes' workspaces under /srv-like `sbx-b`. B's agent keeps
+    notes in its bwrap sandbox; agent main of this gateway, allowed only `cat`, reads them."""
+    root = state_dir.parent
+    other, workspaces = root / "sb", root / "sbx-b"
+    other.mkdir(mode=0o700)
+    write_config(other, BWRAP_FULL + f'workspaceRoot = "{workspaces}"\n')
+    b = Daemon(other).start()
+    try:
+        client = await connect(other)
+        try:
+            wrote = await client.request("exec", {"command": f"echo {SECRET} > notes.txt"})
+        finally:
+            await client.close()
+        assert wrote["details"]["exitCode"] == 0, wrote
+        notes = _found(workspaces, "notes.txt")
+        read = await attempt(state_dir, f"/usr/bin/cat {notes}", allow=[("/usr/bin/cat", None)])
+    finally:
+        b.kill(signal.SIGTERM)
+    assert SECRET not in read["_text"], read
+
+
 # A tiny read-only FUSE filesystem spoken over /dev/fuse (no libfuse here): one directory of files, mounted
 # as FUSE mounts are by default, without allow_other, so no other account (root included) may enter it
 # whatever the modes say: the operator's decrypted vault (gocryptfs, cryfs), an sshfs of another machine.
