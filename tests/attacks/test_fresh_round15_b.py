@@ -1,5 +1,7 @@
 """Fresh round 15 b, issue 27 §1 (ambient authority): what a run reaches without the operator granting it,
-from inside a run: a gateway host run, a node's run, a bubblewrap sandbox and a Docker sandbox."""
+from inside a run: state another exechost keeps where no view covers it (a node service's, another
+gateway's, an old workspace root), the operator's own runs filed as the agent's, a FUSE vault the modes
+call public, and a root gateway's bubblewrap sandbox reading as root."""
 
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ async def test_class1_a_node_services_state_dir_is_a_host_runs(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
     """The machine is a node (sshd, `node serve`) for a gateway as the same account, its state dir outside
-    the home (here the node's root beside the gateway's: `/srv/exechost-node` on a real machine). Agent
+    the home (`srv-node` here, `/srv/exechost-node` on a real machine). Agent
     main's node run keeps a note in its /tmp, which on the node is main's private copy under the node's
     state dir; agent ops, allowed only `cat`, reads it from a gateway host run."""
     alpha = sshd_nodes[0]
