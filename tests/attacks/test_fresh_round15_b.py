@@ -139,6 +139,31 @@ async def test_class1_a_host_run_drives_another_agents_node_sandbox(
     assert SECRET not in read["_text"], read
 
 
+async def test_class1_the_node_service_on_an_open_state_dir_still_refuses_a_host_run(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Held (runner/node/peerns.py): with the node service's state dir open to host runs as above, its
+    node.sock is a socket any of them connects to, and the kernel says the peer is the service's own uid;
+    the service still refuses it, since the peer runs in other mount, PID and user namespaces (a view),
+    and a gateway link never does. The node never says hello to it."""
+    alpha = sshd_nodes[0]
+    _serve_from(alpha, state_dir.parent / "srv-node")
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    service = alpha.run_service()
+    try:
+        probe = (
+            "python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            'print("connected"); print(s.makefile().readline() or "closed")\' '
+            f"{alpha.state_dir / 'node.sock'}"
+        )
+        read = await attempt(state_dir, probe, config=FULL)
+    finally:
+        service.kill()
+        service.wait()
+    assert "connected" in read["_text"], read  # the socket itself is reachable
+    assert "nodeId" not in read["_text"] and "closed" in read["_text"], read
+
+
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 
