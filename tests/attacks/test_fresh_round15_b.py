@@ -139,6 +139,40 @@ async def test_class1_a_host_run_drives_another_agents_node_sandbox(
     assert SECRET not in read["_text"], read
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the node service's state dir (outside the home, recorded nowhere) is writable by every "
+    "host run of the account: an agent rewrites the node operator's config.toml and its next node run, "
+    "which the node's own policy refused, runs.",
+)
+async def test_class1_a_host_run_lifts_the_node_operators_policy(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Node alpha's operator allows nothing unasked (`security = "allowlist"`, ask off: a miss is denied).
+    Agent ops (full on the gateway) is refused `id` there; its gateway host run rewrites the node's config,
+    and the same node run then runs."""
+    alpha = sshd_nodes[0]
+    _serve_from(alpha, state_dir.parent / "srv-node")
+    ops_full = 'id = "ops"\ntools.exec.security = "full"\ntools.exec.ask = "off"\n'
+    write_config(
+        state_dir,
+        TWO_AGENTS.replace('id = "ops"\n', ops_full) + "".join(n.config_toml() for n in sshd_nodes),
+    )
+    node_config = alpha.state_dir / "config.toml"
+    node_config.write_text('[tools.exec]\nsecurity = "allowlist"\nask = "off"\n')
+    async with gateway(state_dir):
+        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
+            await _exec(state_dir, "ops", "/usr/bin/id -u", host="node", node="alpha")
+        rewrote = await _exec(state_dir, "ops", f"printf '{NODE_FULL}' > {node_config}", host="gateway")
+        if rewrote["exitCode"] != 0:
+            return  # the node's config is not the run's to write
+        try:
+            ran = await _exec(state_dir, "ops", "/usr/bin/id -u", host="node", node="alpha")
+        except RemoteError:
+            return  # still the node operator's policy
+    assert ran["exitCode"] != 0, ran
+
+
 async def test_class1_the_node_service_on_an_open_state_dir_still_refuses_a_host_run(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
