@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +31,7 @@ from engine.protocol.frames import (
 from engine.sessions import registry
 from tests.attacks.harness import ALLOWLIST
 from tests.attacks.rawclient import RawClient
+from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 OPS = ALLOWLIST + '\n[[agents.list]]\nid = "ops"\n'
@@ -386,3 +388,144 @@ async def test_class1_the_operators_run_output_is_the_gateway_token_holders(stat
         *([f"it read the operator's output: {seen!r}"] if seen else []),
     ]
     assert not found, f"the gateway-token holder: {found}"
+
+
+# ---- a session's end, filed under the approval its id was linked to before a crash ---------------------
+
+
+MARK = "eh15a-lost-run"
+
+
+def _kill_marked() -> None:
+    """The approved run the crashed daemon left behind (by its marker, pid by pid)."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if MARK.encode() in Path(f"/proc/{entry.name}/cmdline").read_bytes():
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the decision log links a run to its approval by session id (`linked_sessions`: a "
+    "`starting` line with no end), and after a crash the next gateway files the end of whichever "
+    "session gets that id under that approval (`Journal.session_ended`): agent main's session, "
+    "exiting 7, is written for good as the end of ops's approved run, which the operator and ops read.",
+)
+async def test_class2_another_agents_session_end_is_filed_as_an_approved_runs_end(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(state_dir, FULL_MAIN)
+    token = principals.mint(state_dir, "ops")
+    # The daemon keeps no session host: its runs die with it, as without one (or one lost with it).
+    daemon = Daemon(state_dir, env={"EXECHOST_SESSION_HOLDERS": "0"}).start()
+    try:
+        operator = await connect(state_dir, "op")
+        await operator.request("approvals.attach")
+        ops = await _agent(state_dir, token)
+        call = asyncio.ensure_future(
+            ops.request("exec", {"command": f"sh -c 'sleep 300; : {MARK}'", "background": True})
+        )
+        pending = await wait_until(operator.pending_approvals)
+        approval = pending[0]["id"]
+        await operator.request("approve", {"id": approval, "decision": "allow-once"})
+        sid = (await asyncio.wait_for(call, 30))["details"]["sessionId"]
+        for client in (operator, ops):
+            await client.close()
+        daemon.kill()  # a crash while ops's approved run runs: its end is never written
+    finally:
+        daemon.stop()
+        _kill_marked()
+    # The next gateway's first session happens to get that id (one in 3,192; here, by narrowing the words).
+    adjective, noun = sid.split("-", 1)
+    monkeypatch.setattr(registry, "_ADJECTIVES", (adjective,))
+    monkeypatch.setattr(registry, "_NOUNS", (noun,))
+    async with gateway(state_dir) as server:
+        main = await _agent(state_dir)
+        ran = await main.request("exec", {"command": "sh -c 'exit 7'", "background": True})
+        assert ran["details"]["sessionId"] == sid
+        await wait_until(lambda: server.services.sessions.get(sid).status != "running")
+        await server.services.journal.history_writer.barrier()
+        await main.close()
+    async with gateway(state_dir):  # no live session by that id now: only what the log says
+        ops = await _agent(state_dir, token)
+        seen = (await ops.request("approvals.status", {"approvalId": approval}))["details"]["run"]
+        await ops.close()
+    assert seen.get("exitCode") != 7, f"ops's approved run is recorded with main's session's end: {seen}"
+
+
+LISTENER = (
+    "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+    "s.bind(('127.0.0.1', 5999)); s.listen(); print('listening', flush=True)\n"
+    "while True:\n c, _ = s.accept(); c.sendall(b'password prompt from agent main\\n'); c.close()"
+)
+DIALER = (
+    "import socket, sys\ntry:\n c = socket.create_connection(('127.0.0.1', 5999), 5)\n"
+    " print('got:', c.recv(100).decode().strip())\nexcept OSError as e:\n print('no server:', e)"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's exec (no --agent) runs in agent main's network namespace (hostnet.main), "
+    "so a server main's run left on 127.0.0.1 answers the operator's later commands (a fake database or "
+    "dev server on the port the operator's tool dials): the operator's runs have no network of their own.",
+)
+async def test_class1_the_operators_run_dials_agent_mains_loopback_server(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    write_config(state_dir, FULL_MAIN)
+    python = shutil.which("python3")
+    assert python is not None
+    listener, dialer = tmp_path / "listen.py", tmp_path / "dial.py"
+    listener.write_text(LISTENER)
+    dialer.write_text(DIALER)
+    async with gateway(state_dir):
+        main = await _agent(state_dir)  # the gateway token alone (security = full for main here)
+        started = await main.request(
+            "exec", {"command": f"{python} {listener}", "background": True, "yieldMs": 10_000}
+        )
+        sid = started["details"]["sessionId"]
+
+        async def up() -> bool:
+            got = await main.request("process", {"action": "log", "sessionId": sid})
+            return "listening" in str(got.get("text"))
+
+        await wait_until(up)
+        operator = await connect(state_dir, "op")
+        ran = await operator.request("exec", {"command": f"{python} {dialer}"})
+        await main.request("process", {"action": "kill", "sessionId": sid})
+        for client in (main, operator):
+            await client.close()
+    said = str(ran["details"].get("aggregated", ""))
+    assert "agent main" not in said, f"the operator's command talked to main's server: {said!r}"
+
+
+# ---- held: what a rotation does to the old credential's ask (the contrast to the config cut-offs above) ----
+
+
+async def test_held_a_rotation_settles_what_the_old_credential_asked(state_dir: Path, tmp_path: Path) -> None:
+    """The same ask as in the cut-off attacks above, made with a credential the operator then rotates: it is
+    settled at once and never runs, however the operator answers its row afterwards."""
+    write_config(state_dir, OPS)
+    token = principals.mint(state_dir, "ops")
+    proof = tmp_path / "ran"
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "op")
+        await operator.request("approvals.attach")
+        ops = await _agent(state_dir, token)
+        call = asyncio.ensure_future(
+            ops.request("exec", {"command": f"sh -c 'echo ran > {proof}'", "background": True})
+        )
+        await wait_until(lambda: len(server.services.approvals.pending()) == 1)
+        ask = server.services.approvals.pending()[0]
+        rotated = await operator.request("agents.rotate", {"agent": "ops"})
+        assert rotated["dropped"] == 1
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(call, 10)
+        assert ask.id not in [r.id for r in server.services.approvals.pending()]
+        with contextlib.suppress(RemoteError):
+            await operator.request("approve", {"id": ask.id, "decision": "allow-once"})
+        assert ask.resolved and ask.decision != "allow-once"
+        await operator.close()
+    assert not proof.exists()

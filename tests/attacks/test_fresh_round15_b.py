@@ -1,12 +1,20 @@
 """Fresh round 15 b, issue 27 §1 (ambient authority): what a run reaches without the operator granting it,
-from inside a run: a gateway host run, a node's run, a bubblewrap sandbox and a Docker sandbox."""
+from inside a run: state another exechost keeps where no view covers it (a node service's, another
+gateway's, an old workspace root), the operator's own runs filed as the agent's, a FUSE vault the modes
+call public, and a root gateway's bubblewrap sandbox reading as root."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
 import shutil
 import signal
+import stat
+import struct
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +76,7 @@ async def test_class1_a_node_services_state_dir_is_a_host_runs(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
     """The machine is a node (sshd, `node serve`) for a gateway as the same account, its state dir outside
-    the home (here the node's root beside the gateway's: `/srv/exechost-node` on a real machine). Agent
+    the home (`srv-node` here, `/srv/exechost-node` on a real machine). Agent
     main's node run keeps a note in its /tmp, which on the node is main's private copy under the node's
     state dir; agent ops, allowed only `cat`, reads it from a gateway host run."""
     alpha = sshd_nodes[0]
@@ -129,6 +137,65 @@ async def test_class1_a_host_run_drives_another_agents_node_sandbox(
         )
         read = await _exec(state_dir, "ops", attack, host="gateway", timeout=30)
     assert SECRET not in read["_text"], read
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the node service's state dir (outside the home, recorded nowhere) is writable by every "
+    "host run of the account: an agent rewrites the node operator's config.toml and its next node run, "
+    "which the node's own policy refused, runs.",
+)
+async def test_class1_a_host_run_lifts_the_node_operators_policy(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Node alpha's operator allows nothing unasked (`security = "allowlist"`, ask off: a miss is denied).
+    Agent ops (full on the gateway) is refused `id` there; its gateway host run rewrites the node's config,
+    and the same node run then runs."""
+    alpha = sshd_nodes[0]
+    _serve_from(alpha, state_dir.parent / "srv-node")
+    ops_full = 'id = "ops"\ntools.exec.security = "full"\ntools.exec.ask = "off"\n'
+    write_config(
+        state_dir,
+        TWO_AGENTS.replace('id = "ops"\n', ops_full) + "".join(n.config_toml() for n in sshd_nodes),
+    )
+    node_config = alpha.state_dir / "config.toml"
+    node_config.write_text('[tools.exec]\nsecurity = "allowlist"\nask = "off"\n')
+    async with gateway(state_dir):
+        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
+            await _exec(state_dir, "ops", "/usr/bin/id -u", host="node", node="alpha")
+        rewrote = await _exec(state_dir, "ops", f"printf '{NODE_FULL}' > {node_config}", host="gateway")
+        if rewrote["exitCode"] != 0:
+            return  # the node's config is not the run's to write
+        try:
+            ran = await _exec(state_dir, "ops", "/usr/bin/id -u", host="node", node="alpha")
+        except RemoteError:
+            return  # still the node operator's policy
+    assert ran["exitCode"] != 0, ran
+
+
+async def test_class1_the_node_service_on_an_open_state_dir_still_refuses_a_host_run(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Held (runner/node/peerns.py): with the node service's state dir open to host runs as above, its
+    node.sock is a socket any of them connects to, and the kernel says the peer is the service's own uid;
+    the service still refuses it, since the peer runs in other mount, PID and user namespaces (a view),
+    and a gateway link never does. The node never says hello to it."""
+    alpha = sshd_nodes[0]
+    _serve_from(alpha, state_dir.parent / "srv-node")
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    service = alpha.run_service()
+    try:
+        probe = (
+            "python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            'print("connected"); print(s.makefile().readline() or "closed")\' '
+            f"{alpha.state_dir / 'node.sock'}"
+        )
+        read = await attempt(state_dir, probe, config=FULL)
+    finally:
+        service.kill()
+        service.wait()
+    assert "connected" in read["_text"], read  # the socket itself is reachable
+    assert "nodeId" not in read["_text"] and "closed" in read["_text"], read
 
 
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
@@ -345,4 +412,166 @@ async def test_class1_a_root_gateways_bwrap_sandbox_reads_root_only_files_under_
     finally:
         shutil.rmtree(secret_dir, ignore_errors=True)
     assert read.get("ranOn", "").startswith("sandbox"), read
+    assert SECRET not in read["_text"], read
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: host views cover this gateway's own sandbox roots; a second gateway of the account with "
+    "its `workspaceRoot` outside its state dir (/srv-like) keeps its agents' workspaces where no record "
+    "names them, so every host run of the first reads (and writes) them.",
+)
+async def test_class1_another_gateways_sandbox_workspaces_are_a_host_runs(state_dir: Path) -> None:
+    """Gateway B runs beside this one, its sandboxes' workspaces under /srv-like `sbx-b`. B's agent keeps
+    notes in its bwrap sandbox; agent main of this gateway, allowed only `cat`, reads them."""
+    root = state_dir.parent
+    other, workspaces = root / "sb", root / "sbx-b"
+    other.mkdir(mode=0o700)
+    write_config(other, BWRAP_FULL + f'workspaceRoot = "{workspaces}"\n')
+    b = Daemon(other).start()
+    try:
+        client = await connect(other)
+        try:
+            wrote = await client.request("exec", {"command": f"echo {SECRET} > notes.txt"})
+        finally:
+            await client.close()
+        assert wrote["details"]["exitCode"] == 0, wrote
+        notes = _found(workspaces, "notes.txt")
+        read = await attempt(state_dir, f"/usr/bin/cat {notes}", allow=[("/usr/bin/cat", None)])
+    finally:
+        b.kill(signal.SIGTERM)
+    assert SECRET not in read["_text"], read
+
+
+# A tiny read-only FUSE filesystem spoken over /dev/fuse (no libfuse here): one directory of files, mounted
+# as FUSE mounts are by default, without allow_other, so no other account (root included) may enter it
+# whatever the modes say: the operator's decrypted vault (gocryptfs, cryfs), an sshfs of another machine.
+_IN = struct.Struct("=IIQQIIII")  # len opcode unique nodeid uid gid pid padding
+_OUT = struct.Struct("=IiQ")  # len error unique
+_ATTR = struct.Struct("=QQQQQQIIIIIIIIII")
+
+
+class _Vault:
+    def __init__(self, mountpoint: Path, files: dict[str, bytes]) -> None:
+        self.mountpoint, self.files, self.names = mountpoint, files, sorted(files)
+        self.fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+        libc = ctypes.CDLL(None, use_errno=True)
+        opts = f"fd={self.fd},rootmode=40000,user_id={os.getuid()},group_id={os.getgid()}".encode()
+        if libc.mount(b"vault", os.fsencode(mountpoint), b"fuse.vault", 6, opts) != 0:  # nosuid,nodev
+            os.close(self.fd)
+            raise OSError(ctypes.get_errno(), "mount fuse")
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        from engine.commands import hostkeeper
+
+        hostkeeper.stop()  # the kept views hold copies of the mount: the connection ends with the last
+        ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(self.mountpoint), 2)  # MNT_DETACH
+        self.thread.join(timeout=10)  # its read ends with the mount
+        os.close(self.fd)
+
+    def _attr(self, ino: int) -> bytes:
+        uid, gid = os.getuid(), os.getgid()
+        if ino == 1:
+            return _ATTR.pack(1, 0, 0, 0, 0, 0, 0, 0, 0, stat.S_IFDIR | 0o755, 2, uid, gid, 0, 4096, 0)
+        size = len(self.files[self.names[ino - 2]])
+        return _ATTR.pack(ino, size, 1, 0, 0, 0, 0, 0, 0, stat.S_IFREG | 0o644, 1, uid, gid, 0, 4096, 0)
+
+    def _reply(self, unique: int, body: bytes = b"", error: int = 0) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.fd, _OUT.pack(_OUT.size + len(body), -error, unique) + body)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                msg = os.read(self.fd, 1 << 20)
+            except OSError as exc:
+                if exc.errno in (errno.EINTR, errno.ENOENT):
+                    continue
+                return  # unmounted
+            if len(msg) < _IN.size:
+                return  # unmounted
+            length, op, unique, node, *_ = _IN.unpack_from(msg)
+            arg = msg[_IN.size : length]
+            if op == 26:  # INIT: protocol 7.19
+                self._reply(
+                    unique,
+                    struct.pack("=IIIIHHI", 7, 19, struct.unpack_from("=III", arg)[2], 0, 16, 12, 65536),
+                )
+            elif op == 1:  # LOOKUP
+                name = arg.split(b"\0", 1)[0].decode()
+                if node == 1 and name in self.files:
+                    ino = self.names.index(name) + 2
+                    self._reply(unique, struct.pack("=QQQQII", ino, 0, 1, 1, 0, 0) + self._attr(ino))
+                else:
+                    self._reply(unique, error=errno.ENOENT)
+            elif op == 3:  # GETATTR
+                self._reply(unique, struct.pack("=QII", 1, 0, 0) + self._attr(node))
+            elif op in (14, 27):  # OPEN, OPENDIR
+                self._reply(unique, struct.pack("=QII", 0, 0, 0))
+            elif op == 15:  # READ
+                _fh, off, size = struct.unpack_from("=QQI", arg)
+                self._reply(unique, self.files[self.names[node - 2]][off : off + size])
+            elif op == 28:  # READDIR
+                _fh, off, size = struct.unpack_from("=QQI", arg)
+                entries = [(1, ".", 4), (1, "..", 4)] + [(i + 2, n, 8) for i, n in enumerate(self.names)]
+                out = b""
+                for i, (ino, name, kind) in list(enumerate(entries))[off:]:
+                    ent = struct.pack("=QQII", ino, i + 1, len(name.encode()), kind) + name.encode()
+                    ent += b"\0" * (-len(ent) % 8)
+                    if len(out) + len(ent) > size:
+                        break
+                    out += ent
+                self._reply(unique, out)
+            elif op in (18, 29, 25, 38):  # RELEASE, RELEASEDIR, FLUSH, DESTROY
+                self._reply(unique)
+            elif op in (2, 42, 36):  # FORGET, BATCH_FORGET, INTERRUPT: never answered
+                continue
+            elif op == 17:  # STATFS (overlayfs asks its layers)
+                self._reply(unique, struct.pack("=QQQQQIIII24x", 1024, 0, 0, 16, 0, 4096, 255, 4096, 0))
+            elif op == 22:  # GETXATTR
+                self._reply(unique, error=errno.ENODATA)
+            elif op == 23:  # LISTXATTR: none
+                self._reply(
+                    unique, struct.pack("=II", 0, 0) if struct.unpack_from("=I", arg)[0] == 0 else b""
+                )
+            elif op == 34:  # ACCESS: the kernel's own checks decide (no allow_other)
+                self._reply(unique)
+            else:
+                self._reply(unique, error=errno.ENOSYS)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="mounts a FUSE filesystem")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the home's privacy is judged by modes (homeprivate), but a FUSE mount without allow_other "
+    "(the default: a decrypted gocryptfs/cryfs vault, an sshfs) is kept from every other account, root "
+    "included, whatever its files' modes; its 0644 files are shown to host runs (an allowlisted cat).",
+)
+async def test_class1_the_operators_fuse_vault_in_the_home_is_a_host_runs(state_dir: Path) -> None:
+    """The operator's vault is mounted at ~/Vault by the operator's account (FUSE, no allow_other): no
+    other account can list or read it (checked as nobody). Agent main, allowed only `cat`, reads it."""
+    vault_dir = Path(os.environ["HOME"]) / "Vault"
+    vault_dir.mkdir()
+    vault = _Vault(vault_dir, {"passwords.txt": f"bank: {SECRET}\n".encode()})
+    try:
+        nobody = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "cat",
+                str(vault_dir / "passwords.txt"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert nobody.returncode != 0 and SECRET not in nobody.stdout  # kept from every other account
+        read = await attempt(
+            state_dir, f"/usr/bin/cat {vault_dir}/passwords.txt", allow=[("/usr/bin/cat", None)]
+        )
+    finally:
+        vault.close()
     assert SECRET not in read["_text"], read
