@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.commands import privatefs
+
 WALK_BUDGET = 200_000  # entries listed per view (read or cached) before the rest is hidden whole
 # hidden paths, one mount each (bwrap reads the mount table per mount: n² in all; a file's bind takes an
 # fd too); past it the directories holding them are hidden whole
@@ -168,8 +170,32 @@ def hides(path: str) -> bool:
     return path in set(found.files) or below(os.path.dirname(path), set(found.dirs))
 
 
+def owner_only_mounts(table: str = "/proc/self/mountinfo") -> set[str]:
+    """Mount points of filesystems only the account that mounted them may enter, whatever their files'
+    modes say: FUSE without `allow_other` (a decrypted gocryptfs or cryfs vault, an sshfs; fresh round
+    15 b), which the kernel keeps from every other account, root included. Private as a whole."""
+    points: set[str] = set()
+    try:
+        with open(table, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split(" - ", 1)
+                if len(fields) != 2:
+                    continue
+                tail = fields[1].split()
+                if len(tail) < 3 or not (tail[0] in ("fuse", "fuseblk") or tail[0].startswith("fuse.")):
+                    continue
+                if "allow_other" not in tail[2].split(","):
+                    words = fields[0].split()
+                    if len(words) > 4:
+                        points.add(privatefs.unescape(words[4]))
+    except OSError:
+        pass
+    return points
+
+
 def _find(home: str, files: set[str], kept: set[str], dirs: set[str], budget: int) -> Found:
     found = Found()
+    owner_only = owner_only_mounts()
     way: set[str] = set()  # every directory above a kept or shown path, up to its walk root
     for path in files | kept | dirs:
         here = os.path.dirname(path)
@@ -195,6 +221,9 @@ def _find(home: str, files: set[str], kept: set[str], dirs: set[str], budget: in
         seen.add((st.st_dev, st.st_ino))
         found.walked += 1
         on_way = d in way
+        if d in owner_only and d not in roots:  # no mode inside it means anything: hidden whole, kept
+            found.dirs.append(d)  # paths in it too (privacy wins)
+            continue
         private = d not in roots and (below or private_mode(st.st_mode))
         if private and not on_way:
             found.dirs.append(d)
@@ -236,6 +265,11 @@ def _find(home: str, files: set[str], kept: set[str], dirs: set[str], budget: in
                     found.files.append(path)
             elif stat.S_ISLNK(mode) and target and not _inside(target, home):
                 _outside_target(target, found, stack, roots, skip)
+    # one outside the home (or below a directory the walk did not reach) is covered where it is mounted:
+    # never the home itself or a directory holding it
+    for point in sorted(owner_only):
+        if not _inside(home, point) and point not in dirs:
+            found.dirs.append(point)
     _bound_mounts(found, way, home)
     return found
 

@@ -72,7 +72,7 @@ def _below(top: str) -> list[str]:
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
         for line in f:
             words = line.split()
-            point = _unescape(words[4]) if len(words) > 4 else ""
+            point = unescape(words[4]) if len(words) > 4 else ""
             if point.startswith(top):
                 points.append(point)
     return sorted(set(points), key=len, reverse=True)
@@ -99,7 +99,7 @@ def _detach(points: list[str]) -> int:
     return done
 
 
-def _unescape(field: str) -> str:
+def unescape(field: str) -> str:
     """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
     for code in ("\\040", "\\011", "\\012", "\\134"):
         field = field.replace(code, chr(int(code[1:], 8)))

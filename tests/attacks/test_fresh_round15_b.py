@@ -543,12 +543,6 @@ class _Vault:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="mounts a FUSE filesystem")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the home's privacy is judged by modes (homeprivate), but a FUSE mount without allow_other "
-    "(the default: a decrypted gocryptfs/cryfs vault, an sshfs) is kept from every other account, root "
-    "included, whatever its files' modes; its 0644 files are shown to host runs (an allowlisted cat).",
-)
 async def test_class1_the_operators_fuse_vault_in_the_home_is_a_host_runs(state_dir: Path) -> None:
     """The operator's vault is mounted at ~/Vault by the operator's account (FUSE, no allow_other): no
     other account can list or read it (checked as nobody). Agent main, allowed only `cat`, reads it."""
