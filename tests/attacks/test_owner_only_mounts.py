@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import homeprivate
 from engine.approvals.store import ApprovalsStore
+from engine.commands import homeprivate
 from tests.attacks.harness import ALLOWLIST, attempt
 from tests.attacks.test_fresh_round15_b import _Vault
 from tests.helpers.gateway import connect, gateway, write_config
