@@ -411,6 +411,17 @@ def _kill_marked() -> None:
                     os.kill(int(entry.name), signal.SIGKILL)
 
 
+def _logged_start(state: Path, approval: str, sid: str) -> bool:
+    for log in (state / "history").glob("decisions*.jsonl*"):
+        for line in log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                run = entry.get("run") if isinstance(entry, dict) else None
+                if entry.get("id") == approval and isinstance(run, dict) and run.get("sessionId") == sid:
+                    return True
+    return False
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open: the decision log links a run to its approval by session id (`linked_sessions`: a "
@@ -438,6 +449,8 @@ async def test_class2_another_agents_session_end_is_filed_as_an_approved_runs_en
         sid = (await asyncio.wait_for(call, 30))["details"]["sessionId"]
         for client in (operator, ops):
             await client.close()
+        # The run's `starting` line (what links the session to the approval) is on disk before the crash.
+        await wait_until(lambda: _logged_start(state_dir, approval, sid))
         daemon.kill()  # a crash while ops's approved run runs: its end is never written
     finally:
         daemon.stop()
