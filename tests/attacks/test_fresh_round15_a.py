@@ -364,8 +364,8 @@ async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Pat
     strict=True,
     reason="open: the operator's exec (the CLI, the console, no --agent) names agent main for policy, and "
     "its session is filed under `agent:main` (ExecContext.scope_key), so whoever holds only the gateway "
-    "token (agent main: every credentialed agent that leaves its credential out) lists it and reads its "
-    "output and its events; the operator's own runs have no scope of their own.",
+    "token (agent main: every credentialed agent that leaves its credential out) lists it, reads its "
+    "output, kills it and drains its events; the operator's own runs have no scope of their own.",
 )
 async def test_class1_the_operators_run_output_is_the_gateway_token_holders(state_dir: Path) -> None:
     write_config(state_dir, FULL_MAIN)
@@ -386,12 +386,23 @@ async def test_class1_the_operators_run_output_is_the_gateway_token_holders(stat
         with contextlib.suppress(Exception):
             seen = await wait_until(read, timeout=5)
         listed = [s.get("sessionId") or s.get("id") for s in await anonymous.list_sessions()]
-        await operator.request("process", {"action": "kill", "sessionId": sid})
+        # It ends the operator's run too, and drains the event the operator's `exechost events` waits for.
+        killed = await anonymous.request("process", {"action": "kill", "sessionId": sid})
+
+        async def drained() -> list[Any]:
+            got = (await anonymous.request("events", {"drain": True}))["events"]
+            return [e for e in got if sid in str(e.get("text"))]
+
+        events: list[Any] = []
+        with contextlib.suppress(Exception):
+            events = await wait_until(drained, timeout=5)
         for client in (anonymous, operator):
             await client.close()
     found = [
         *(["the operator's session is in its list"] if sid in listed else []),
         *([f"it read the operator's output: {seen!r}"] if seen else []),
+        *(["it killed the operator's run"] if "No session found" not in str(killed) else []),
+        *([f"it drained the operator's event: {events[0]}"] if events else []),
     ]
     assert not found, f"the gateway-token holder: {found}"
 
