@@ -587,3 +587,37 @@ async def test_held_a_rotation_settles_what_the_old_credential_asked(state_dir: 
         assert ask.resolved and ask.decision != "allow-once"
         await operator.close()
     assert not proof.exists()
+
+
+# ---- an agent the config no longer names: its credential keeps it, under the defaults ------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a credential is an agent whether or not `[[agents.list]]` names it (principals.lookup "
+    "reads the files only; liveprincipal keeps the connection on a config reload): when the operator "
+    "retires agent ops by removing its entry, ops's live connection and credential stay, now under the "
+    "global defaults, broader than its own entry (here security=full where ops had allowlist).",
+)
+async def test_class1_an_agent_removed_from_the_config_runs_under_the_defaults(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    defaults = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+    own = '\n[[agents.list]]\nid = "ops"\ntools.exec.security = "allowlist"\ntools.exec.ask = "on-miss"\n'
+    write_config(state_dir, defaults + own)
+    token = principals.mint(state_dir, "ops")
+    proof = tmp_path / "ran"
+    async with gateway(state_dir):
+        ops = await _agent(state_dir, token)
+        before = await ops.request("exec", {"command": f"touch {proof}"})
+        assert before["details"]["status"] == "approval-pending" and not proof.exists()
+        write_config(state_dir, defaults)  # the operator retires ops: its entry goes
+        after: dict[str, Any] = {}
+        with contextlib.suppress(RemoteError, ConnectionError):
+            after = await ops.request("exec", {"command": f"touch {proof}"})
+        with contextlib.suppress(RemoteError, OSError):
+            again = await _agent(state_dir, token)
+            after = after or await again.request("exec", {"command": f"touch {proof}"})
+            await again.close()
+        await ops.close()
+    assert not proof.exists(), f"retired agent ops ran unasked: {after.get('details', {}).get('status')}"
