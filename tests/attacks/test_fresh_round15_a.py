@@ -621,3 +621,30 @@ async def test_class1_an_agent_removed_from_the_config_runs_under_the_defaults(
             await again.close()
         await ops.close()
     assert not proof.exists(), f"retired agent ops ran unasked: {after.get('details', {}).get('status')}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own ask (its exec names agent main for policy) is agent main's ask, and "
+    "`approvals.status` resolves any prefix among main's asks (one hex digit will do), so the gateway "
+    "token alone enumerates the operator's pending asks and reads their command, cwd and env values.",
+)
+async def test_class1_the_operators_ask_and_its_env_are_read_by_prefix(state_dir: Path) -> None:
+    write_config(state_dir, OPS)  # main under the allowlist: the operator's command asks
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "op")
+        asked = await operator.request(
+            "exec", {"command": "deploy --prod", "env": {"DEPLOY_TOKEN": "op-secret-7731"}}
+        )
+        assert asked["details"]["status"] == "approval-pending"
+        assert len(server.services.approvals.pending()) == 1
+        anonymous = await _agent(state_dir)  # the gateway token alone
+        found: list[str] = []
+        for digit in "0123456789abcdef":
+            with contextlib.suppress(RemoteError):
+                got = await anonymous.request("approvals.status", {"approvalId": digit})
+                found.append(json.dumps(got["details"]["approval"]))
+        for client in (anonymous, operator):
+            await client.close()
+    leaked = [f for f in found if "op-secret-7731" in f]
+    assert not leaked, f"the gateway-token holder read the operator's ask: {leaked[0][:300]}"
