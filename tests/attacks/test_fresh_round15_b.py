@@ -36,6 +36,11 @@ TWO_AGENTS = (
     '[[agents.list]]\nid = "ops"\n'
 )
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+BWRAP_FULL = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+)
 
 
 async def _exec(state: Path, agent: str, command: str, **params: Any) -> dict[str, Any]:
@@ -196,9 +201,6 @@ async def test_class1_the_node_service_on_an_open_state_dir_still_refuses_a_host
         service.wait()
     assert "connected" in read["_text"], read  # the socket itself is reachable
     assert "nodeId" not in read["_text"] and "closed" in read["_text"], read
-
-
-FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 
 @pytest.mark.xfail(
@@ -382,12 +384,6 @@ async def test_class1_another_gateways_node_login_key_is_a_host_runs(state_dir: 
     finally:
         b.kill(signal.SIGTERM)
     assert "PRIVATE KEY" not in read["_text"], read
-
-
-BWRAP_FULL = (
-    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
-    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
-)
 
 
 @pytest.mark.skipif(
