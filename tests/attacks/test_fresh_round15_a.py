@@ -154,6 +154,34 @@ async def test_class1_a_replaced_operator_token_still_opens_the_operator_role(st
     assert not found, found
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: as operator.json, gateway.json is read once at the gateway's start: an operator who "
+    "replaces a leaked gateway token is refused with the new one, while the leaked token still opens "
+    "agent main (every agent's credential-less principal) until a restart.",
+)
+async def test_class1_a_replaced_gateway_token_still_opens_agent_main(state_dir: Path) -> None:
+    write_config(state_dir, OPS)
+    async with gateway(state_dir):
+        leaked = read_token(state_dir)
+        assert leaked
+        token_path(state_dir).unlink()
+        fresh = ensure_token(state_dir)
+        assert fresh != leaked
+        renewed = None
+        with contextlib.suppress(RemoteError):
+            client = await _agent(state_dir)  # a client with the new gateway token
+            renewed = client.agent
+            await client.close()
+        again, first = await RawClient.open(state_dir, token=leaked)
+        again.close()
+    found = [
+        *(["the new gateway token is refused"] if renewed is None else []),
+        *([f"the leaked token still opens agent main: {first}"] if first["type"] != "error" else []),
+    ]
+    assert not found, found
+
+
 def _settled(server: Any, run: dict[str, Any] | None) -> bool:
     """The approved run ended (its session exited) or was never started (refused, stale, denied)."""
     if run is None:
@@ -358,8 +386,8 @@ async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Pat
     strict=True,
     reason="open: the operator's exec (the CLI, the console, no --agent) names agent main for policy, and "
     "its session is filed under `agent:main` (ExecContext.scope_key), so whoever holds only the gateway "
-    "token (agent main: every credentialed agent that leaves its credential out) lists it and reads its "
-    "output and its events; the operator's own runs have no scope of their own.",
+    "token (agent main: every credentialed agent that leaves its credential out) lists it, reads its "
+    "output, kills it and drains its events; the operator's own runs have no scope of their own.",
 )
 async def test_class1_the_operators_run_output_is_the_gateway_token_holders(state_dir: Path) -> None:
     write_config(state_dir, FULL_MAIN)
@@ -380,12 +408,23 @@ async def test_class1_the_operators_run_output_is_the_gateway_token_holders(stat
         with contextlib.suppress(Exception):
             seen = await wait_until(read, timeout=5)
         listed = [s.get("sessionId") or s.get("id") for s in await anonymous.list_sessions()]
-        await operator.request("process", {"action": "kill", "sessionId": sid})
+        # It ends the operator's run too, and drains the event the operator's `exechost events` waits for.
+        killed = await anonymous.request("process", {"action": "kill", "sessionId": sid})
+
+        async def drained() -> list[Any]:
+            got = (await anonymous.request("events", {"drain": True}))["events"]
+            return [e for e in got if sid in str(e.get("text"))]
+
+        events: list[Any] = []
+        with contextlib.suppress(Exception):
+            events = await wait_until(drained, timeout=5)
         for client in (anonymous, operator):
             await client.close()
     found = [
         *(["the operator's session is in its list"] if sid in listed else []),
         *([f"it read the operator's output: {seen!r}"] if seen else []),
+        *(["it killed the operator's run"] if "No session found" not in str(killed) else []),
+        *([f"it drained the operator's event: {events[0]}"] if events else []),
     ]
     assert not found, f"the gateway-token holder: {found}"
 
@@ -403,6 +442,17 @@ def _kill_marked() -> None:
             with contextlib.suppress(OSError):
                 if MARK.encode() in Path(f"/proc/{entry.name}/cmdline").read_bytes():
                     os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _logged_start(state: Path, approval: str, sid: str) -> bool:
+    for log in (state / "history").glob("decisions*.jsonl*"):
+        for line in log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                run = entry.get("run") if isinstance(entry, dict) else None
+                if entry.get("id") == approval and isinstance(run, dict) and run.get("sessionId") == sid:
+                    return True
+    return False
 
 
 @pytest.mark.xfail(
@@ -432,6 +482,8 @@ async def test_class2_another_agents_session_end_is_filed_as_an_approved_runs_en
         sid = (await asyncio.wait_for(call, 30))["details"]["sessionId"]
         for client in (operator, ops):
             await client.close()
+        # The run's `starting` line (what links the session to the approval) is on disk before the crash.
+        await wait_until(lambda: _logged_start(state_dir, approval, sid))
         daemon.kill()  # a crash while ops's approved run runs: its end is never written
     finally:
         daemon.stop()
@@ -529,3 +581,64 @@ async def test_held_a_rotation_settles_what_the_old_credential_asked(state_dir: 
         assert ask.resolved and ask.decision != "allow-once"
         await operator.close()
     assert not proof.exists()
+
+
+# ---- an agent the config no longer names: its credential keeps it, under the defaults ------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a credential is an agent whether or not `[[agents.list]]` names it (principals.lookup "
+    "reads the files only; liveprincipal keeps the connection on a config reload): when the operator "
+    "retires agent ops by removing its entry, ops's live connection and credential stay, now under the "
+    "global defaults, broader than its own entry (here security=full where ops had allowlist).",
+)
+async def test_class1_an_agent_removed_from_the_config_runs_under_the_defaults(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    defaults = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+    own = '\n[[agents.list]]\nid = "ops"\ntools.exec.security = "allowlist"\ntools.exec.ask = "on-miss"\n'
+    write_config(state_dir, defaults + own)
+    token = principals.mint(state_dir, "ops")
+    proof = tmp_path / "ran"
+    async with gateway(state_dir):
+        ops = await _agent(state_dir, token)
+        before = await ops.request("exec", {"command": f"touch {proof}"})
+        assert before["details"]["status"] == "approval-pending" and not proof.exists()
+        write_config(state_dir, defaults)  # the operator retires ops: its entry goes
+        after: dict[str, Any] = {}
+        with contextlib.suppress(RemoteError, ConnectionError):
+            after = await ops.request("exec", {"command": f"touch {proof}"})
+        with contextlib.suppress(RemoteError, OSError):
+            again = await _agent(state_dir, token)
+            after = after or await again.request("exec", {"command": f"touch {proof}"})
+            await again.close()
+        await ops.close()
+    assert not proof.exists(), f"retired agent ops ran unasked: {after.get('details', {}).get('status')}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own ask (its exec names agent main for policy) is agent main's ask, and "
+    "`approvals.status` resolves any prefix among main's asks (one hex digit will do), so the gateway "
+    "token alone enumerates the operator's pending asks and reads their command, cwd and env values.",
+)
+async def test_class1_the_operators_ask_and_its_env_are_read_by_prefix(state_dir: Path) -> None:
+    write_config(state_dir, OPS)  # main under the allowlist: the operator's command asks
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "op")
+        asked = await operator.request(
+            "exec", {"command": "deploy --prod", "env": {"DEPLOY_TOKEN": "op-secret-7731"}}
+        )
+        assert asked["details"]["status"] == "approval-pending"
+        assert len(server.services.approvals.pending()) == 1
+        anonymous = await _agent(state_dir)  # the gateway token alone
+        found: list[str] = []
+        for digit in "0123456789abcdef":
+            with contextlib.suppress(RemoteError):
+                got = await anonymous.request("approvals.status", {"approvalId": digit})
+                found.append(json.dumps(got["details"]["approval"]))
+        for client in (anonymous, operator):
+            await client.close()
+    leaked = [f for f in found if "op-secret-7731" in f]
+    assert not leaked, f"the gateway-token holder read the operator's ask: {leaked[0][:300]}"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
-from engine.protocol.frames import RemoteError
+from engine.protocol.frames import OPERATOR_TOKEN_NAME, RemoteError, read_token
 from tests.attacks.harness import attempt
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import connect, gateway, write_config
@@ -36,6 +36,11 @@ TWO_AGENTS = (
     '[[agents.list]]\nid = "ops"\n'
 )
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+BWRAP_FULL = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+)
 
 
 async def _exec(state: Path, agent: str, command: str, **params: Any) -> dict[str, Any]:
@@ -196,9 +201,6 @@ async def test_class1_the_node_service_on_an_open_state_dir_still_refuses_a_host
         service.wait()
     assert "connected" in read["_text"], read  # the socket itself is reachable
     assert "nodeId" not in read["_text"] and "closed" in read["_text"], read
-
-
-FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 
 @pytest.mark.xfail(
@@ -384,12 +386,6 @@ async def test_class1_another_gateways_node_login_key_is_a_host_runs(state_dir: 
     assert "PRIVATE KEY" not in read["_text"], read
 
 
-BWRAP_FULL = (
-    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
-    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
-)
-
-
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root gateway's bwrap sandbox"
 )
@@ -441,6 +437,44 @@ async def test_class1_another_gateways_sandbox_workspaces_are_a_host_runs(state_
     finally:
         b.kill(signal.SIGTERM)
     assert SECRET not in read["_text"], read
+
+
+MINTED = "agent-minted-operator-15b-0001"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a gateway adopts whatever state dir it finds at its path (same uid, made 0700), tokens "
+    "included; a state dir not made yet is covered by no view, so a host run plants it at the path the "
+    "operator will use (outside the home) with an operator.json of its own, and the new gateway's operator "
+    "token is the agent's.",
+)
+async def test_class1_a_host_run_mints_the_operator_token_of_a_gateway_not_started_yet(
+    state_dir: Path,
+) -> None:
+    """The operator keeps service dirs in `srv/` (its own, outside the home: /srv/op on a real machine) and
+    will start a second gateway there. Agent main's host run gets there first: it makes the state dir with
+    an operator.json whose token it chose. The operator starts gateway B on that path."""
+    srv = state_dir.parent / "srv"
+    srv.mkdir(mode=0o755)
+    planned = srv / "exechost-b"
+    plant = (
+        f'mkdir -m 700 {planned} && (umask 077; printf \'{{"token": "{MINTED}"}}\' '
+        f"> {planned}/{OPERATOR_TOKEN_NAME}) && echo planted"
+    )
+    done = await attempt(state_dir, plant, config=FULL)
+    if "planted" not in done["_text"]:
+        return  # the path was not the run's to make
+    b = Daemon(planned).start()
+    try:
+        client = await connect(planned)  # the operator's own CLI, with the operator.json it finds there
+        try:
+            await client.request("sessions.list", {})
+        finally:
+            await client.close()
+    finally:
+        b.kill(signal.SIGTERM)
+    assert read_token(planned, OPERATOR_TOKEN_NAME) != MINTED  # B's operator token is not the agent's
 
 
 # A tiny read-only FUSE filesystem spoken over /dev/fuse (no libfuse here): one directory of files, mounted
