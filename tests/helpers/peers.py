@@ -56,6 +56,15 @@ def exited(events: list[Event], *sids: str) -> bool:
     return set(sids) <= done
 
 
-async def start(agent: ControlClient, tag: str) -> str:
-    res = await agent.request("exec", {"command": PRINTER.format(tag=tag), "background": True})
+async def start(agent: ControlClient, tag: str, *, gated: bool = False) -> str:
+    """A background PRINTER; `gated`: it prints nothing until `release` (what a subscriber is sent before
+    then is decided by what it asked for, never by how fast the printer started)."""
+    command = ("read go; " if gated else "") + PRINTER.format(tag=tag)
+    res = await agent.request("exec", {"command": command, "background": True})
     return str(res["details"]["sessionId"])
+
+
+async def release(agent: ControlClient, *sids: str) -> None:
+    """Let gated PRINTERs print."""
+    for sid in sids:
+        await agent.request("process", {"action": "write", "sessionId": sid, "data": "go\n"})
