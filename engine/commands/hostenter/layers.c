@@ -197,12 +197,14 @@ static int visible(const char *point, const struct mount_entry *m, size_t n) {
     return 0;
 }
 
+/* Read-only, and nodev whatever the directory's mount says: the run's devices are the view's own /dev
+   (bwrap's --dev), so a device node anywhere else opens nothing; a layer is the same in the kept view
+   and in a run's own bwrap, whichever mount (bwrap's bind, the host's) it was made from. */
 static unsigned long mount_attrs(const char *dir) {
     struct statvfs st;
     if (statvfs(dir, &st) < 0) die(dir);
-    unsigned long attrs = MOUNT_ATTR_RDONLY;
+    unsigned long attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV;
     if (st.f_flag & ST_NOSUID) attrs |= MOUNT_ATTR_NOSUID;
-    if (st.f_flag & ST_NODEV) attrs |= MOUNT_ATTR_NODEV;
     if (st.f_flag & ST_NOEXEC) attrs |= MOUNT_ATTR_NOEXEC;
     return attrs;
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import homelayer, hostkeeper, hostoutside, hostview
+from engine.commands import homelayer, hostkeeper, hostoutside, hostroots, hostview
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -42,7 +42,8 @@ def test_the_layers_are_the_home_and_the_dirs_its_links_lead_to_outside_it(tmp_p
     (home / "up").symlink_to(tmp_path)  # holds the home
     (home / "file").symlink_to(home / ".local")  # inside the home already
     got = homelayer.layers(str(home), [str(state)], mounts=[])
-    assert got == [str(home), str(disk / "cache"), str(disk / "cfg"), str(disk / "share")]
+    # innermost first: each one's lower layer is the directory as the view has it, never another layer
+    assert got == [str(disk / "cache"), str(disk / "cfg"), str(disk / "share"), str(home)]
     assert homelayer.layers("/") == []
     # a filesystem mounted below the home or a linked dir: a layer of its own, outer first; not one a
     # hostWritable root is, nor one gone or elsewhere
@@ -57,7 +58,11 @@ def test_the_layers_are_the_home_and_the_dirs_its_links_lead_to_outside_it(tmp_p
     ]
     mounts += [str(home / "gone"), str(state / "x"), str(disk / "cfg" / "sub")]
     got = homelayer.layers(str(home), [str(state)], [str(home / "wdir")], mounts)
-    assert got[4:] == [str(home / "vault"), str(disk / "cfg" / "sub"), str(home / "vault" / "inner")]
+    assert set(got) == {
+        *(str(home / d) for d in ("vault", "vault/inner", "")),
+        *(str(disk / d) for d in ("cache", "cfg", "cfg/sub", "share")),
+    }, got
+    assert all(not got[j].startswith(got[i] + os.sep) for i in range(len(got)) for j in range(i, len(got)))
     # hostWritable names a linked dir (or one in it): writable as before, not layered
     got = homelayer.layers(str(home), [str(state)], [str(disk / "cfg" / "sub" / "p")], [])
     assert str(disk / "cfg") not in got and str(disk / "cache") in got
@@ -365,3 +370,18 @@ def test_as_a_non_root_user_the_layer_is_made_in_its_user_namespace() -> None:
         assert "NOTE-nobody" in kept and "refused" in kept and "wrote" in kept, kept
     finally:
         shutil.rmtree(root)
+
+
+def test_a_workdir_outside_the_home_in_a_read_only_tree_is_named_with_what_to_change(state_dir: Path) -> None:
+    """Every tree outside the writable roots is a run's read-only layer (fresh round 14 c): a workdir there
+    writes nothing, and the run says so; one named in hostWritable, or in a shared dir, gets no note."""
+    work = Path(tempfile.mkdtemp(prefix="eh14c-work-", dir="/var/tmp"))
+    try:
+        note = hostroots.workdir_note(str(state_dir), hostoutside.Outside(workdir=str(work)))
+        assert note is not None and "hostWritable" in note and str(work) in note, note
+        listed = hostoutside.Outside(workdir=str(work / "."), writable=(str(work),))
+        assert hostroots.workdir_note(str(state_dir), listed) is None
+        shared = hostoutside.Outside(workdir=tempfile.gettempdir())  # /tmp: every user's, not layered
+        assert hostroots.workdir_note(str(state_dir), shared) is None
+    finally:
+        work.rmdir()
