@@ -38,8 +38,9 @@ from engine.commands import bindsource
 XDG_DIRS = (".cache", ".config", ".local/share", ".local/state")
 MOST = 60  # directories layered per run (the helper's own cap, MAX_LAYERED, is 64)
 MOUNTINFO = "/proc/self/mountinfo"
-# Filesystems in which no Unix socket can be bound (no socket inode can be made there), or which are a
-# trigger (autofs: looking under it mounts what it names, which is then a mount of its own): never a layer.
+# Filesystems in which no Unix socket can be bound (no socket inode can be made there: the kernel's own,
+# and FAT's, which has no special files), or which are a trigger (autofs: looking under it mounts what it
+# names, which is then a mount of its own): never a layer.
 NO_SOCKETS = frozenset(
     {
         "autofs",
@@ -51,8 +52,11 @@ NO_SOCKETS = frozenset(
         "debugfs",
         "devpts",
         "efivarfs",
+        "exfat",
         "fusectl",
+        "iso9660",
         "mqueue",
+        "msdos",
         "nfsd",
         "nsfs",
         "proc",
@@ -62,6 +66,7 @@ NO_SOCKETS = frozenset(
         "selinuxfs",
         "sysfs",
         "tracefs",
+        "vfat",
     }
 )
 # Made by the view itself (bwrap's --dev: device nodes bound one by one), not the host's directory.

@@ -79,6 +79,38 @@ def test_the_mount_points_are_read_as_the_kernel_escapes_them(tmp_path: Path) ->
     assert homelayer.mount_points(str(table)) == ["/", "/home/op/my vault"]
 
 
+def test_every_tree_of_the_machine_is_a_layer_but_the_writable_roots_and_what_holds_no_socket(
+    tmp_path: Path,
+) -> None:
+    """system=True (fresh round 14 c): each top-level directory of `/` and every filesystem below one, but
+    /dev (the view's own), a world-writable dir (/tmp), a kernel filesystem, a read-only superblock, a
+    writable root and what is skipped; innermost first."""
+    home = tmp_path / "h"
+    home.mkdir()
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 1 0:21 / / rw - ext4 /dev/vda rw\n"
+        "23 22 0:22 / /proc rw,nosuid - proc proc rw\n"
+        "24 22 0:23 / /sys rw - sysfs sysfs rw\n"
+        "25 22 0:24 / /usr/lib/snap\\040x ro - squashfs /dev/loop0 ro\n"
+        "26 22 0:25 / /var/lib/docker rw - ext4 /dev/vdb rw\n"
+        "27 22 0:26 / /var/lib/w rw - ext4 /dev/vdb rw\n"
+        "28 22 0:27 / /boot/efi rw - vfat /dev/vda1 rw\n"
+    )
+    assert homelayer.mount_table(str(table))[3] == ("/usr/lib/snap x", "squashfs", False)
+    got = homelayer.layers(str(home), [], ["/var/lib/w"], system=True, table=str(table))
+    tops = {str(p) for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()}
+    for kept in ("/usr", "/etc", "/var", str(home)):
+        assert kept in got, got
+    for left in ("/dev", "/proc", "/sys", "/tmp", "/var/lib/w", "/usr/lib/snap x", "/boot/efi"):
+        assert left not in got, got
+    if os.path.isdir("/var/lib/docker"):
+        assert got.index("/var/lib/docker") < got.index("/var"), got
+    assert set(got) <= tops | {str(home), "/var/lib/docker"}, got
+    # without system, only the home's
+    assert homelayer.layers(str(home), [], [], mounts=[]) == [str(home)]
+
+
 def test_a_run_of_its_own_carries_what_bwrap_binds_from_inside_a_layer() -> None:
     """bwrap binds by path and checks the fd: a source inside a layer is put back over it by own-pts; a
     layer holding a source bound elsewhere (or bound whole) is left out."""
