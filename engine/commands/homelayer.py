@@ -134,8 +134,45 @@ def layers(
         and os.path.isdir(p)
         and not os.path.islink(p)
     }
-    chosen = sorted(dict.fromkeys([*roots, *below]), key=lambda p: (p.count(os.sep), p))[:MOST]
+    found = list(dict.fromkeys([*roots, *below]))
+    if locked():
+        found = _unlocked(found, [p for p in points if p != os.sep])
+    chosen = sorted(dict.fromkeys(found), key=lambda p: (p.count(os.sep), p))[:MOST]
     return sorted(chosen, key=lambda p: (-p.count(os.sep), p))
+
+
+def locked() -> bool:
+    """Whether the host's mounts are locked where the layers are made: a gateway that is not root makes
+    them in a user namespace of its own, where every mount it inherited is MNT_LOCKED, and the kernel
+    makes no overlay (nor any bind) of a directory holding one, since that would show what the mount
+    covers (clone_private_mount: EINVAL)."""
+    return os.geteuid() != 0
+
+
+def whole(path: str, points: Iterable[str]) -> bool:
+    """Whether `path` can be one layer: no host mount below it, or a root gateway (nothing is locked)."""
+    return not locked() or not any(p != path and _inside(p, path) for p in points)
+
+
+def _unlocked(dirs: list[str], points: list[str]) -> list[str]:
+    """`dirs` with each one that holds a host mount (locked: `locked`) replaced by its subdirectories,
+    down to those that hold none (the mounts themselves are layers of their own already). What lies
+    directly in such a directory and is not a directory (a socket in /run itself) is in no layer: the
+    view covers the hidden ones (hostroots.shadowed_dirs). Links are left: their targets are layers."""
+    out: list[str] = []
+    todo = list(dirs)
+    while todo and len(out) < MOST:
+        d = todo.pop(0)
+        if whole(d, points):
+            out.append(d)
+            continue
+        try:
+            with os.scandir(d) as entries:
+                subs = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+        todo += [s for s in subs if s not in points and s not in dirs]
+    return out
 
 
 def _top_dirs() -> list[str]:

@@ -249,11 +249,15 @@ def shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> 
     # (engine.commands.homelayer), and the copy went with a budget (512 entries) past which its
     # directories were bound whole, sockets and all (fresh round 14 c). A hidden file's is: a key rotated
     # by a rename would show through its bind.
+    # Not when its directory cannot be one layer (a non-root gateway's /run holding a host mount:
+    # homelayer.whole): a socket directly in it is in no layer.
     layered = hostkeeper.helper_path() is not None
+    points = homelayer.mount_points() if layered and homelayer.locked() else []
     found = [
         os.path.dirname(os.path.realpath(p))
         for p in outside.hidden
-        if os.path.lexists(p) and not (layered and _socket(p))
+        if os.path.lexists(p)
+        and not (layered and _socket(p) and homelayer.whole(os.path.dirname(os.path.realpath(p)), points))
     ]
     ssh = os.path.realpath(os.path.join(home, ".ssh"))
     if os.path.isdir(ssh):

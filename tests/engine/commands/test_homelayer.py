@@ -417,3 +417,46 @@ def test_a_workdir_outside_the_home_in_a_read_only_tree_is_named_with_what_to_ch
         assert hostroots.workdir_note(str(state_dir), shared) is None
     finally:
         work.rmdir()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="runs the layers as nobody (needs root)"
+)
+def test_as_a_non_root_user_every_tree_is_layered_around_the_hosts_locked_mounts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gateway that is not root makes its layers in a user namespace, where every host mount is locked
+    and no overlay of a directory holding one can be made (a host mount below /var): such a directory is
+    layered by its subdirectories instead (homelayer.locked), so the run starts, and a socket outside the
+    writable roots is refused there too."""
+    root = Path(tempfile.mkdtemp(prefix="eh-nobody-", dir="/tmp"))
+    spot = Path(tempfile.mkdtemp(prefix="eh14c-nobody-", dir="/var/tmp"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        root.chmod(0o755)
+        spot.chmod(0o755)
+        home = root / "h"
+        home.mkdir()
+        os.chown(home, 65534, 65534)
+        helper = root / "hostenter"
+        helper.write_bytes(Path(str(hostkeeper.helper_path())).read_bytes())
+        helper.chmod(0o755)
+        server.bind(str(spot / "op.sock"))
+        os.chmod(spot / "op.sock", 0o777)
+        server.listen(4)
+        (spot / "note").write_text("NOTE-var\n")
+        monkeypatch.setattr(homelayer, "locked", lambda: True)
+        layers = homelayer.layers(str(home), [], [], system=True)
+        assert "/var" not in layers or not any(p.startswith("/var/") for p in homelayer.mount_points())
+        probe = f'P={shlex.quote(_PROBE)}; /usr/bin/python3 -c "$P" {spot}/op.sock; cat {spot}/note'
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(helper), "own-pts", "-",
+             *layers, "--", "/bin/sh", "-c", probe],
+            capture_output=True, text=True, check=False, cwd="/",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "Connection refused" in done.stdout and "NOTE-var" in done.stdout, done.stdout + done.stderr
+    finally:
+        server.close()
+        shutil.rmtree(spot)
+        shutil.rmtree(root)
