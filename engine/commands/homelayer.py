@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from engine.commands import bindsource
 
@@ -136,7 +136,13 @@ def layers(
     }
     found = list(dict.fromkeys([*roots, *below]))
     if locked():
-        found = _unlocked(found, [p for p in points if p != os.sep])
+
+        def layerable(sub: str) -> bool:  # a subdirectory in place of the directory holding it
+            if sub in VIEWS_OWN or _shared(sub) or any(_inside(sub, w) for w in rw):
+                return False
+            return not any(_inside(sub, s) for s in skipped)
+
+        found = _unlocked(found, [p for p in points if p != os.sep], layerable)
     chosen = sorted(dict.fromkeys(found), key=lambda p: (p.count(os.sep), p))[:MOST]
     return sorted(chosen, key=lambda p: (-p.count(os.sep), p))
 
@@ -154,7 +160,7 @@ def whole(path: str, points: Iterable[str]) -> bool:
     return not locked() or not any(p != path and _inside(p, path) for p in points)
 
 
-def _unlocked(dirs: list[str], points: list[str]) -> list[str]:
+def _unlocked(dirs: list[str], points: list[str], layerable: Callable[[str], bool]) -> list[str]:
     """`dirs` with each one that holds a host mount (locked: `locked`) replaced by its subdirectories,
     down to those that hold none (the mounts themselves are layers of their own already). What lies
     directly in such a directory and is not a directory (a socket in /run itself) is in no layer: the
@@ -171,7 +177,7 @@ def _unlocked(dirs: list[str], points: list[str]) -> list[str]:
                 subs = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
         except OSError:
             continue
-        todo += [s for s in subs if s not in points and s not in dirs]
+        todo += [s for s in subs if s not in points and s not in dirs and layerable(s)]
     return out
 
 

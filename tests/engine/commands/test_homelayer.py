@@ -430,7 +430,7 @@ def test_as_a_non_root_user_every_tree_is_layered_around_the_hosts_locked_mounts
     layered by its subdirectories instead (homelayer.locked), so the run starts, and a socket outside the
     writable roots is refused there too."""
     root = Path(tempfile.mkdtemp(prefix="eh-nobody-", dir="/tmp"))
-    spot = Path(tempfile.mkdtemp(prefix="eh14c-nobody-", dir="/var/tmp"))
+    spot = Path(tempfile.mkdtemp(prefix="eh14c-nobody-", dir="/var/lib"))  # beside /var/lib/docker's mount
     server = socket.socket(socket.AF_UNIX)
     try:
         root.chmod(0o755)
@@ -448,6 +448,8 @@ def test_as_a_non_root_user_every_tree_is_layered_around_the_hosts_locked_mounts
         monkeypatch.setattr(homelayer, "locked", lambda: True)
         layers = homelayer.layers(str(home), [], [], system=True)
         assert "/var" not in layers or not any(p.startswith("/var/") for p in homelayer.mount_points())
+        # a subdirectory in place of its directory is judged as a top-level one: /var/tmp is every user's
+        assert "/var/tmp" not in layers, layers
         probe = f'P={shlex.quote(_PROBE)}; /usr/bin/python3 -c "$P" {spot}/op.sock; cat {spot}/note'
         done = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(helper), "own-pts", "-",
