@@ -142,6 +142,9 @@ def layers(
                 return False
             return not any(_inside(sub, s) for s in skipped)
 
+        # A directory this account cannot search (/root, /var/lib/docker: 0700, 0710 root) holds nothing
+        # a run of it reaches by name: no layer needed, nor any below it (a run's uid is the gateway's).
+        found = [d for d in found if os.access(d, os.X_OK)]
         found = _unlocked(found, [p for p in points if p != os.sep], layerable)
     chosen = sorted(dict.fromkeys(found), key=lambda p: (p.count(os.sep), p))[:MOST]
     return sorted(chosen, key=lambda p: (-p.count(os.sep), p))
@@ -177,7 +180,9 @@ def _unlocked(dirs: list[str], points: list[str], layerable: Callable[[str], boo
                 subs = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
         except OSError:
             continue
-        todo += [s for s in subs if s not in points and s not in dirs and layerable(s)]
+        todo += [
+            s for s in subs if s not in points and s not in dirs and layerable(s) and os.access(s, os.X_OK)
+        ]
     return out
 
 

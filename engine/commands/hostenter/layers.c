@@ -275,13 +275,20 @@ static void fresh_layers(char **dirs) {
     close(fs);
     size_t n;
     struct mount_entry *m = read_mounts(&n);
+    char **since = dirs; /* the layers made since the table was read */
     for (char **d = dirs; *d; d++) {
-        layered(*d, empty, m, n);
-        if (d[1]) { /* the next one's mounts as they are now */
+        /* The next one's mounts as they are now: the table is read again only when a layer made since
+           is below it (innermost first: its overlay is a mount the next one carries over). A layer
+           elsewhere changed nothing below it. */
+        int stale = 0;
+        for (char **s = since; s < d && !stale; s++) stale = below(*s, *d);
+        if (stale) {
             for (size_t i = 0; i < n; i++) free(m[i].point);
             free(m);
             m = read_mounts(&n);
+            since = d;
         }
+        layered(*d, empty, m, n);
     }
     for (size_t i = 0; i < n; i++) free(m[i].point);
     free(m);
