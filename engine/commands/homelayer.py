@@ -1,6 +1,10 @@
-"""Which directories a kept-view run sees through an overlay made for it alone, so that no Unix socket in
-them is connectable (issue 27 §1, fresh round 11 a): the home, and the directories outside it that the
-home's links lead to (~/.cache on another disk), by construction rather than by a list of sockets.
+"""Which directories a host run sees through an overlay made for it alone, so that no Unix socket in
+them is connectable (issue 27 §1, fresh rounds 11 a and 14 c): the home, the directories outside it that
+the home's links lead to (~/.cache on another disk), and every other directory tree of the machine but
+the run's writable roots (each top-level directory of `/` and every filesystem mounted below one), by
+construction rather than by a list of sockets: the operator's PostgreSQL in /run/postgresql or
+/var/lib/postgresql, which hands a peer of the gateway's uid the operator's role (SO_PEERCRED), answers no
+run.
 
 connect(2) resolves a socket's name to an inode and finds the socket bound on that inode. Through an
 overlayfs the name resolves to the overlay's own inode, on which nothing is ever bound, so every socket
@@ -10,22 +14,63 @@ overlays per run, a new superblock each (an overlay caches its lookups: a kept o
 operator made after a run looked for it as missing), and puts every mount the kept view has below each
 directory (hostWritable binds, covers, private dirs) back on top: engine/commands/hostenter/layers.c.
 
-A link deeper in the home to a directory outside it (~/src/x/run -> /srv/x) is not followed here: a socket
-reached through one is as connectable as any outside the home (docs/SECURITY.md says so).
+Not layered, and why: the writable roots (`hostWritable`, the agent's private dirs: the agent's own, its
+sockets there work), a directory every user may write (/tmp when it is not private: no read-only view keeps
+it without taking it from every run; hostPrivate is the construction there), the state dir and what is
+covered (nothing to reach), /dev (the view's own, made by bwrap: the host's /dev/log is not in it), a
+filesystem no socket can be bound in (proc, sysfs, cgroup, devpts and the other kernel filesystems:
+NO_SOCKETS; one whose superblock is read-only, a squashfs snap) and past MOST layers the innermost ones.
+An overlay's lower layer is the directory as the view has it before its layer is made: the layers are made
+innermost first, so none is the lower of another (an overlay on an overlay on a Docker host's overlay `/`
+would pass the kernel's stacking depth of 2).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from engine.commands import bindsource
 
 # The XDG base directories below the home whose contents are the operator's as the home's are: a link
 # there to another disk is followed, as a link among the home's top-level entries is.
 XDG_DIRS = (".cache", ".config", ".local/share", ".local/state")
-MOST = 32  # directories layered per run (the helper's own cap is above this)
+MOST = 60  # directories layered per run (the helper's own cap, MAX_LAYERED, is 64)
+MOUNTINFO = "/proc/self/mountinfo"
+# Filesystems in which no Unix socket can be bound (no socket inode can be made there: the kernel's own,
+# and FAT's, which has no special files), or which are a trigger (autofs: looking under it mounts what it
+# names, which is then a mount of its own): never a layer.
+NO_SOCKETS = frozenset(
+    {
+        "autofs",
+        "binfmt_misc",
+        "bpf",
+        "cgroup",
+        "cgroup2",
+        "configfs",
+        "debugfs",
+        "devpts",
+        "efivarfs",
+        "exfat",
+        "fusectl",
+        "iso9660",
+        "mqueue",
+        "msdos",
+        "nfsd",
+        "nsfs",
+        "proc",
+        "pstore",
+        "rpc_pipefs",
+        "securityfs",
+        "selinuxfs",
+        "sysfs",
+        "tracefs",
+        "vfat",
+    }
+)
+# Made by the view itself (bwrap's --dev: device nodes bound one by one), not the host's directory.
+VIEWS_OWN = ("/dev",)
 
 
 def layers(
@@ -33,6 +78,9 @@ def layers(
     skip: Iterable[str] = (),
     writable: Iterable[str] = (),
     mounts: Iterable[str] | None = None,
+    *,
+    system: bool = False,
+    table: str = MOUNTINFO,
 ) -> list[str]:
     """The home (resolved), then the real directory outside it of each link among its top-level entries
     and XDG_DIRS, outermost only; none that is `/`, a directory every user may write, one holding the home,
@@ -41,11 +89,18 @@ def layers(
     (`mounts`: the mount points of /proc/self/mountinfo), outer first: an overlay does not reach into a
     mount below its layer, so each is a layer of its own; not one a `writable` root (hostWritable, real
     paths) is: the agent's to write. Nor a linked directory holding or inside a `writable` one (outside
-    the home, writable without a bind)."""
+    the home, writable without a bind). With `system`, every other tree of the machine too (each
+    top-level directory of `/`, every filesystem mounted below one; `table` when `mounts` is None):
+    see the module's docstring for what is left out. Innermost first (each one's lower layer is the
+    directory as the view has it, never another layer); past MOST, the innermost are left out."""
     if home == os.sep or not os.path.isdir(home):
         return []
     skipped = [os.path.realpath(s) for s in skip]
     rw = set(writable)
+    typed = None if mounts is not None else mount_table(table)
+    points = [m[0] for m in typed] if typed is not None else list(mounts or ())
+    # a mount no socket can be bound in: never a layer (its mounts below may be)
+    inert = {p for p, kind, writable_sb in typed or () if kind in NO_SOCKETS or not writable_sb}
     found: list[str] = []
     for name in _linked(home):
         if any(_inside(os.path.realpath(os.path.dirname(name)), w) for w in rw):
@@ -63,17 +118,109 @@ def layers(
     for path in outer:
         if not any(_inside(path, k) for k in kept):
             kept.append(path)
-    points = mount_points() if mounts is None else mounts
+    tops: list[str] = []
+    if system:
+        tops = [t for t in _top_dirs() if t not in kept and t not in inert and _layerable(t, skipped, rw)]
+    roots = [*kept, *tops]
     below = {
         p
         for p in points
-        if any(_inside(p, k) and p != k for k in kept)
+        if any(_inside(p, k) and p != k for k in roots)
         and p not in rw
+        and p not in inert
         and not any(_inside(p, s) for s in skipped)
+        and not any(_inside(p, v) for v in VIEWS_OWN if system)
+        and not (system and _shared(p) and not any(_inside(p, k) for k in kept))
         and os.path.isdir(p)
         and not os.path.islink(p)
     }
-    return [*kept, *sorted(below, key=lambda p: (p.count(os.sep), p))][:MOST]
+    found = list(dict.fromkeys([*roots, *below]))
+    if locked():
+
+        def layerable(sub: str) -> bool:  # a subdirectory in place of the directory holding it
+            if sub in VIEWS_OWN or _shared(sub) or any(_inside(sub, w) for w in rw):
+                return False
+            return not any(_inside(sub, s) for s in skipped)
+
+        # A directory this account cannot search (/root, /var/lib/docker: 0700, 0710 root) holds nothing
+        # a run of it reaches by name: no layer needed, nor any below it (a run's uid is the gateway's).
+        found = [d for d in found if os.access(d, os.X_OK)]
+        found = _unlocked(found, [p for p in points if p != os.sep], layerable)
+    chosen = sorted(dict.fromkeys(found), key=lambda p: (p.count(os.sep), p))[:MOST]
+    return sorted(chosen, key=lambda p: (-p.count(os.sep), p))
+
+
+def locked() -> bool:
+    """Whether the host's mounts are locked where the layers are made: a gateway that is not root makes
+    them in a user namespace of its own, where every mount it inherited is MNT_LOCKED, and the kernel
+    makes no overlay (nor any bind) of a directory holding one, since that would show what the mount
+    covers (clone_private_mount: EINVAL)."""
+    return os.geteuid() != 0
+
+
+def whole(path: str, points: Iterable[str]) -> bool:
+    """Whether `path` can be one layer: no host mount below it, or a root gateway (nothing is locked)."""
+    return not locked() or not any(p != path and _inside(p, path) for p in points)
+
+
+def _unlocked(dirs: list[str], points: list[str], layerable: Callable[[str], bool]) -> list[str]:
+    """`dirs` with each one that holds a host mount (locked: `locked`) replaced by its subdirectories,
+    down to those that hold none (the mounts themselves are layers of their own already). What lies
+    directly in such a directory and is not a directory (a socket in /run itself) is in no layer: the
+    view covers the hidden ones (hostroots.shadowed_dirs). Links are left: their targets are layers."""
+    out: list[str] = []
+    todo = list(dirs)
+    while todo and len(out) < MOST:
+        d = todo.pop(0)
+        if whole(d, points):
+            out.append(d)
+            continue
+        try:
+            with os.scandir(d) as entries:
+                subs = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+        todo += [
+            s for s in subs if s not in points and s not in dirs and layerable(s) and os.access(s, os.X_OK)
+        ]
+    return out
+
+
+def _top_dirs() -> list[str]:
+    """Each directory directly in `/` (not a link to one: its target is one of these)."""
+    try:
+        with os.scandir(os.sep) as entries:
+            return sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _layerable(path: str, skipped: list[str], rw: set[str]) -> bool:
+    """A top-level directory shown through a layer: not the view's own /dev, not one every user may write,
+    nor one at or under what is skipped or a writable root (a root holding it is then writable whole)."""
+    if path in VIEWS_OWN or _shared(path) or os.path.islink(path):
+        return False
+    return not any(_inside(path, s) for s in skipped) and not any(_inside(path, w) for w in rw)
+
+
+def mount_table(table: str = MOUNTINFO) -> list[tuple[str, str, bool]]:
+    """Every mount of this mount namespace as (mount point, filesystem type, whether its superblock is
+    writable: a read-only one can have no socket bound in it, whatever its mounts say)."""
+    try:
+        with open(table, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found: list[tuple[str, str, bool]] = []
+    for line in lines:
+        head, sep, tail = line.partition(b" - ")
+        fields = head.split(b" ")
+        rest = tail.split(b" ")
+        if not sep or len(fields) < 5 or len(rest) < 3:
+            continue
+        point = os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m[1], 8)]), fields[4]))
+        found.append((point, os.fsdecode(rest[0]), b"ro" not in rest[2].split(b",")))
+    return found
 
 
 def mount_points(table: str = "/proc/self/mountinfo") -> list[str]:
@@ -137,3 +284,18 @@ def own_words(ops: list[str], layers: list[str]) -> tuple[list[str], list[str]]:
     kept = [layer for layer in layers if layer not in bad]
     carried = {src for src, _dest in pairs if any(_inside(src, layer) for layer in kept)}
     return kept, sorted(carried, key=lambda p: (p.count(os.sep), p))
+
+
+def unbound(ops: list[str], layers: list[str]) -> list[str]:
+    """`ops` without a bind of a layer over itself (a directory above a protected path fixed in place, a
+    read-only dir): own-pts made the layer a read-only mountpoint there already, which no rename moves,
+    and bwrap's bind, from the host, would cover it with the host's directory, its sockets and all."""
+    out: list[str] = []
+    i = 0
+    while i < len(ops):
+        if ops[i] in ("--bind", "--ro-bind") and i + 2 < len(ops) and ops[i + 1] == ops[i + 2] in layers:
+            i += 3
+            continue
+        out.append(ops[i])
+        i += 1
+    return out

@@ -7,8 +7,9 @@ hostview assembles the view)."""
 from __future__ import annotations
 
 import os
+import stat
 
-from engine.commands import homeprivate, hostkeeper, otherroots
+from engine.commands import homelayer, homeprivate, hostkeeper, otherroots
 from engine.commands.hostoutside import (
     NOTHING_OUTSIDE,
     HostViewError,
@@ -118,14 +119,30 @@ def _kept_whole(state: str, environ: dict[str, str] | None, outside: Outside) ->
     return [os.path.realpath(d) for d in dirs if os.path.realpath(d) != os.sep]
 
 
+def outside_roots(home: str, state: str, outside: Outside) -> list[str]:
+    """The agent's `hostWritable` dirs outside the home (resolved, present, outermost only; never `/`, nor
+    one holding the home or under the state dir)."""
+    found: list[str] = []
+    for given in outside.writable:
+        real = os.path.realpath(os.path.expanduser(given))
+        if real == os.sep or inside(real, home) or inside(home, real) or under(real, state):
+            continue
+        if os.path.isdir(real) and not os.path.islink(real):
+            found.append(real)
+    return [r for r in found if not any(o != r and inside(r, o) for o in found)]
+
+
 def workdir_note(state: str, outside: Outside) -> str | None:
     """A warning for a run whose workdir is in the home but under no `hostWritable` dir (it writes
-    nothing in the home), naming what to change; None outside the home, under a listed dir, or for the
-    home itself (exec's default workdir, read-only as documented: no note on every run)."""
+    nothing in the home), or outside the home in a tree the run sees as a read-only layer (engine.
+    commands.homelayer), naming what to change; None under a listed dir, in a private or shared dir, or
+    for the home itself (exec's default workdir, read-only as documented: no note on every run)."""
     if outside.workdir is None or outside.chdir is not None:
         return None  # none, or in the agent's own private copy (writable)
     cwd = os.path.realpath(outside.workdir)
-    if not inside(cwd, home_dir()) or cwd == home_dir():
+    if not inside(cwd, home_dir()):
+        return _outside_note(state, outside, cwd)
+    if cwd == home_dir():
         return None
     try:
         if any(inside(cwd, r) for r in writable_roots(state, None, outside)):
@@ -136,6 +153,24 @@ def workdir_note(state: str, outside: Outside) -> str | None:
         f"The workdir {outside.workdir} is in the home but under no [tools.exec] hostWritable directory: "
         "in the host view the home is read-only but for the hostWritable dirs, so this command writes "
         'nothing in the home; add its project directory to hostWritable, or set hostView = "none"'
+    )
+
+
+def _outside_note(state: str, outside: Outside, cwd: str) -> str | None:
+    home = home_dir()
+    if hostkeeper.helper_path() is None or any(inside(cwd, r) for r in outside_roots(home, state, outside)):
+        return None  # nothing layered, or the agent's own writable dir
+    private = [os.path.realpath(dest) for _source, dest in outside.private]
+    if any(inside(cwd, p) for p in private):
+        return None
+    writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
+    skip = [state, *outside.covered, *private, *other_roots(state, None, outside)]
+    if not any(inside(cwd, d) for d in homelayer.layers(home, skip, writable, system=True)):
+        return None
+    return (
+        f"The workdir {outside.workdir} is outside the home in a tree host runs see read-only (no socket "
+        "there connects either): this command writes nothing there; add the directory to [tools.exec] "
+        'hostWritable, or set hostView = "none"'
     )
 
 
@@ -209,7 +244,21 @@ def shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> 
     and ~/.ssh (a ControlMaster socket there is the node's account). Not the home, `/` or a shared
     directory, none holding the home, the state dir or a writable root and none inside a writable root: a
     hidden file there keeps its own bind."""
-    found = [os.path.dirname(os.path.realpath(p)) for p in outside.hidden if os.path.lexists(p)]
+    # A hidden socket's directory (/run holding the Docker engine's) is not copied when runs are layered
+    # (the helper is built): under a run's layer no socket connects, bound before the view or after
+    # (engine.commands.homelayer), and the copy went with a budget (512 entries) past which its
+    # directories were bound whole, sockets and all (fresh round 14 c). A hidden file's is: a key rotated
+    # by a rename would show through its bind.
+    # Not when its directory cannot be one layer (a non-root gateway's /run holding a host mount:
+    # homelayer.whole): a socket directly in it is in no layer.
+    layered = hostkeeper.helper_path() is not None
+    points = homelayer.mount_points() if layered and homelayer.locked() else []
+    found = [
+        os.path.dirname(os.path.realpath(p))
+        for p in outside.hidden
+        if os.path.lexists(p)
+        and not (layered and _socket(p) and homelayer.whole(os.path.dirname(os.path.realpath(p)), points))
+    ]
     ssh = os.path.realpath(os.path.join(home, ".ssh"))
     if os.path.isdir(ssh):
         found.append(ssh)
@@ -223,6 +272,13 @@ def shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> 
             continue
         keep.append(d)
     return keep
+
+
+def _socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OUTSIDE) -> None:

@@ -59,7 +59,13 @@ from engine.commands.hostoutside import (
     shared,
     under,
 )
-from engine.commands.hostroots import home_private, other_roots, shadowed_dirs, writable_roots
+from engine.commands.hostroots import (
+    home_private,
+    other_roots,
+    outside_roots,
+    shadowed_dirs,
+    writable_roots,
+)
 from engine.commands.hosttrust import (
     RC_FILES,
     cargo_home,
@@ -257,6 +263,11 @@ def view_args(
             # one below another is writable with it, and bound over it would be by a name the outer
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
+    # a hostWritable dir outside the home: bound over itself too, so a run's layers (engine.commands.
+    # homelayer: every tree outside the writable roots read-only, no socket there connectable) put it back
+    # on top as it is, writable and its sockets the agent's (it was writable before; nothing more is)
+    for root in outside_roots(home, state, outside):
+        args += ["--bind", root, root]
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
     for d in [*tdirs, *outside.readonly, *hop_dirs, *walked]:
@@ -404,7 +415,7 @@ def own_view_by_fd(
     def make() -> list[str]:
         kept = list(layers)
         while True:
-            ops = view_args(state, None, outside, layered_home=home in kept)
+            ops = homelayer.unbound(view_args(state, None, outside, layered_home=home in kept), kept)
             fewer, carried = homelayer.own_words(ops, kept)
             if fewer == kept:
                 words[:] = [*kept, *(f"+{c}" for c in carried)]
@@ -545,7 +556,7 @@ def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) ->
     writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
     # another agent's root is covered in the view: no layer of its own (a mount the host has there)
     others = other_roots(state, None, outside)
-    found = homelayer.layers(home, [state, *outside.covered, *private, *others], writable)
+    found = homelayer.layers(home, [state, *outside.covered, *private, *others], writable, system=True)
     if not kept and any(inside(home, os.path.realpath(d)) for d in private):
         found = [d for d in found if d != home]
     return found

@@ -6,9 +6,10 @@ server trusts the peer's uid (SO_PEERCRED), a file, a keyring, an inherited fd o
 
 The gateway here is root, but no attack uses root's capabilities: each reads what the account itself may
 (its own 0600 files, its own keyrings, a server that maps its uid to a role), and the views are built by
-the same code for a gateway that is not root. Two families are open:
-- sockets outside the home: whatever listens there for this uid answers every host run (PostgreSQL's peer
-  auth); /run is a socket-free copy only when it holds a hidden Docker socket, and only up to 512 entries;
+the same code for a gateway that is not root. Sockets outside the home (whatever listens there for this
+uid answered every host run: PostgreSQL's peer auth; /run was a socket-free copy only when it held a hidden
+Docker socket, and only up to 512 entries) are closed: every tree outside the run's writable roots is a
+read-only layer of its own, where no socket connects (engine.commands.homelayer). One family is open:
 - paths kept readable "so their programs run" (PATH, import, core.hooksPath, ssh Include glob dirs, another
   agent's pathPrepend/rootfs) are shown whole, whatever the modes of what they hold, and what is hidden is
   decided when the view is made (a credential saved later is a running run's).
@@ -20,6 +21,7 @@ import contextlib
 import json
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import subprocess
@@ -105,8 +107,8 @@ def operators_database(
     (made before the gateway starts, removed after).
     tcp-trust: the cluster also on 127.0.0.1 with `host all all 127.0.0.1/32 trust` (a developer's
     machine), for the control that a host run's own network namespace cuts it off.
-    run-postgresql-shadowed: the control, this machine as it is: /run/docker.sock is hidden, so /run is shown
-    as a socket-free copy, and /run/postgresql's socket is not in it."""
+    run-postgresql-shadowed: this machine as it is: /run/docker.sock is hidden (it was shown as a
+    socket-free copy of /run, which the layers replace)."""
     param = request.param
     if param not in ("own-dir", "tcp-trust") and not Path("/run/postgresql").is_dir():
         pytest.skip("no /run/postgresql")
@@ -173,14 +175,6 @@ def operators_database(
 @pytest.mark.parametrize(
     "operators_database", ["own-dir", "run-postgresql", "run-postgresql-busy-run"], indirect=True
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Unix socket outside the home and the private dirs is connectable from every host run, "
-    "and its server sees the gateway's uid (SO_PEERCRED): the operator's PostgreSQL with Debian's `local all "
-    "all peer` hands agent main's psql the operator's database role and a table only that role may read, "
-    "though the same database on 127.0.0.1 is cut off by the run's own network namespace (on a Docker host "
-    "/run is a socket-free copy only while it has under 512 entries)",
-)
 async def test_class1_the_operators_database_by_peer_auth_is_a_host_runs(
     state_dir: Path, operators_database: tuple[str, int]
 ) -> None:
@@ -194,6 +188,53 @@ async def test_class1_the_operators_database_by_peer_auth_is_a_host_runs(
     details = await attempt(state_dir, command, config=FULL, workdir=str(work))
     assert details["status"] == "completed", details
     assert SECRET not in details["_text"], details["_text"]
+    # the socket is there, by its name, and answers nothing: the run sees it through its own read-only
+    # layer, on whose inode no server is bound (engine.commands.homelayer)
+    assert "Connection refused" in details["_text"], details["_text"]
+
+
+_CONNECT = """
+import socket, sys
+for name in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(name)
+        print(name, "connected")
+    except OSError as e:
+        print(name, e.strerror)
+"""
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+async def test_class1_the_agents_own_sockets_in_its_writable_roots_still_connect(state_dir: Path) -> None:
+    """The control: a writable root (`hostWritable`, in the home and outside it) is the host's own
+    directory in the view, not a layer, so a server listening there (the agent's own, started by an earlier
+    run or anything the operator gave it) is reached; beside it, in a directory outside the writable roots,
+    the same server is refused."""
+    home = Path(os.environ["HOME"])
+    (home / "work").mkdir()
+    outside = Path(tempfile.mkdtemp(prefix="eh14c-own-", dir="/var/tmp"))
+    other = Path(tempfile.mkdtemp(prefix="eh14c-other-", dir="/var/tmp"))
+    servers = []
+    try:
+        names = [home / "work" / "own.sock", outside / "own.sock", other / "op.sock"]
+        for name in names:
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(name))
+            server.listen(4)
+            servers.append(server)
+        config = FULL + f'hostWritable = ["~/work", "{outside}"]\n'
+        script = shlex.quote(_CONNECT)
+        command = f"python3 -c {script} " + " ".join(map(str, names))
+        details = await attempt(state_dir, command, config=config, workdir=str(home / "work"))
+    finally:
+        for server in servers:
+            server.close()
+        shutil.rmtree(outside, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
+    text = details["_text"]
+    assert f"{names[0]} connected" in text and f"{names[1]} connected" in text, text
+    assert f"{names[2]} Connection refused" in text, text
 
 
 @needs_postgres
@@ -201,7 +242,9 @@ async def test_class1_the_operators_database_by_peer_auth_is_a_host_runs(
 async def test_class1_the_shadowed_run_hides_the_databases_socket(
     state_dir: Path, operators_database: tuple[str, int]
 ) -> None:
-    """The defence that holds here, by accident of the Docker socket's place: /run as a socket-free copy."""
+    """This machine as it is (/run/docker.sock hidden): /run was shown as a socket-free copy, by accident of
+    the Docker socket's place; now it is a run's read-only layer as every tree outside the writable roots
+    is, and the database's socket is there but answers nothing."""
     sockets, port = operators_database
     work = state_dir.parent / "w"
     work.mkdir()
@@ -209,7 +252,7 @@ async def test_class1_the_shadowed_run_hides_the_databases_socket(
     details = await attempt(state_dir, command, config=FULL, workdir=str(work))
     assert details["status"] == "completed", details
     assert SECRET not in details["_text"]
-    assert "No such file or directory" in details["_text"], details["_text"]
+    assert "Connection refused" in details["_text"], details["_text"]
 
 
 @pytest.mark.skipif(

@@ -704,6 +704,12 @@ async def test_a_host_writable_name_through_a_link_outside_the_home_cannot_be_po
         host="gateway",
     )
     assert flip["status"] == "completed", flip
+    # Since fresh round 14 c a hostWritable dir outside the home is bound over itself in the agent's view
+    # (a mountpoint: `rm -rf` of it fails there); another agent's run, or anything outside a view, can
+    # still re-point it in the shared dir, as done here
+    assert (scratch / "proj").is_dir() and not (scratch / "proj").is_symlink()
+    shutil.rmtree(scratch / "proj")
+    (scratch / "proj").symlink_to(rcd)
     with pytest.raises(RemoteError, match="reached through the link"):
         await attempt(short / "state", f"echo 'touch /tmp/x' > {home}/proj/agent.sh", config=config)
     assert not (rcd / "agent.sh").exists()

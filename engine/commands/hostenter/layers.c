@@ -197,12 +197,14 @@ static int visible(const char *point, const struct mount_entry *m, size_t n) {
     return 0;
 }
 
+/* Read-only, and nodev whatever the directory's mount says: the run's devices are the view's own /dev
+   (bwrap's --dev), so a device node anywhere else opens nothing; a layer is the same in the kept view
+   and in a run's own bwrap, whichever mount (bwrap's bind, the host's) it was made from. */
 static unsigned long mount_attrs(const char *dir) {
     struct statvfs st;
     if (statvfs(dir, &st) < 0) die(dir);
-    unsigned long attrs = MOUNT_ATTR_RDONLY;
+    unsigned long attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV;
     if (st.f_flag & ST_NOSUID) attrs |= MOUNT_ATTR_NOSUID;
-    if (st.f_flag & ST_NODEV) attrs |= MOUNT_ATTR_NODEV;
     if (st.f_flag & ST_NOEXEC) attrs |= MOUNT_ATTR_NOEXEC;
     return attrs;
 }
@@ -273,13 +275,20 @@ static void fresh_layers(char **dirs) {
     close(fs);
     size_t n;
     struct mount_entry *m = read_mounts(&n);
+    char **since = dirs; /* the layers made since the table was read */
     for (char **d = dirs; *d; d++) {
-        layered(*d, empty, m, n);
-        if (d[1]) { /* the next one's mounts as they are now */
+        /* The next one's mounts as they are now: the table is read again only when a layer made since
+           is below it (innermost first: its overlay is a mount the next one carries over). A layer
+           elsewhere changed nothing below it. */
+        int stale = 0;
+        for (char **s = since; s < d && !stale; s++) stale = below(*s, *d);
+        if (stale) {
             for (size_t i = 0; i < n; i++) free(m[i].point);
             free(m);
             m = read_mounts(&n);
+            since = d;
         }
+        layered(*d, empty, m, n);
     }
     for (size_t i = 0; i < n; i++) free(m[i].point);
     free(m);

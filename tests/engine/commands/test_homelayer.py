@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import homelayer, hostkeeper, hostoutside, hostview
+from engine.commands import homelayer, hostkeeper, hostoutside, hostroots, hostview
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -42,7 +42,8 @@ def test_the_layers_are_the_home_and_the_dirs_its_links_lead_to_outside_it(tmp_p
     (home / "up").symlink_to(tmp_path)  # holds the home
     (home / "file").symlink_to(home / ".local")  # inside the home already
     got = homelayer.layers(str(home), [str(state)], mounts=[])
-    assert got == [str(home), str(disk / "cache"), str(disk / "cfg"), str(disk / "share")]
+    # innermost first: each one's lower layer is the directory as the view has it, never another layer
+    assert got == [str(disk / "cache"), str(disk / "cfg"), str(disk / "share"), str(home)]
     assert homelayer.layers("/") == []
     # a filesystem mounted below the home or a linked dir: a layer of its own, outer first; not one a
     # hostWritable root is, nor one gone or elsewhere
@@ -57,7 +58,11 @@ def test_the_layers_are_the_home_and_the_dirs_its_links_lead_to_outside_it(tmp_p
     ]
     mounts += [str(home / "gone"), str(state / "x"), str(disk / "cfg" / "sub")]
     got = homelayer.layers(str(home), [str(state)], [str(home / "wdir")], mounts)
-    assert got[4:] == [str(home / "vault"), str(disk / "cfg" / "sub"), str(home / "vault" / "inner")]
+    assert set(got) == {
+        *(str(home / d) for d in ("vault", "vault/inner", "")),
+        *(str(disk / d) for d in ("cache", "cfg", "cfg/sub", "share")),
+    }, got
+    assert all(not got[j].startswith(got[i] + os.sep) for i in range(len(got)) for j in range(i, len(got)))
     # hostWritable names a linked dir (or one in it): writable as before, not layered
     got = homelayer.layers(str(home), [str(state)], [str(disk / "cfg" / "sub" / "p")], [])
     assert str(disk / "cfg") not in got and str(disk / "cache") in got
@@ -72,6 +77,38 @@ def test_the_mount_points_are_read_as_the_kernel_escapes_them(tmp_path: Path) ->
         "22 1 0:21 / / rw - ext4 /dev/vda rw\n30 22 0:30 / /home/op/my\\040vault rw,nosuid - tmpfs tmpfs rw\n"
     )
     assert homelayer.mount_points(str(table)) == ["/", "/home/op/my vault"]
+
+
+def test_every_tree_of_the_machine_is_a_layer_but_the_writable_roots_and_what_holds_no_socket(
+    tmp_path: Path,
+) -> None:
+    """system=True (fresh round 14 c): each top-level directory of `/` and every filesystem below one, but
+    /dev (the view's own), a world-writable dir (/tmp), a kernel filesystem, a read-only superblock, a
+    writable root and what is skipped; innermost first."""
+    home = tmp_path / "h"
+    home.mkdir()
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 1 0:21 / / rw - ext4 /dev/vda rw\n"
+        "23 22 0:22 / /proc rw,nosuid - proc proc rw\n"
+        "24 22 0:23 / /sys rw - sysfs sysfs rw\n"
+        "25 22 0:24 / /usr/lib/snap\\040x ro - squashfs /dev/loop0 ro\n"
+        "26 22 0:25 / /var/lib/docker rw - ext4 /dev/vdb rw\n"
+        "27 22 0:26 / /var/lib/w rw - ext4 /dev/vdb rw\n"
+        "28 22 0:27 / /boot/efi rw - vfat /dev/vda1 rw\n"
+    )
+    assert homelayer.mount_table(str(table))[3] == ("/usr/lib/snap x", "squashfs", False)
+    got = homelayer.layers(str(home), [], ["/var/lib/w"], system=True, table=str(table))
+    tops = {str(p) for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()}
+    for kept in ("/usr", "/etc", "/var", str(home)):
+        assert kept in got, got
+    for left in ("/dev", "/proc", "/sys", "/tmp", "/var/lib/w", "/usr/lib/snap x", "/boot/efi"):
+        assert left not in got, got
+    if os.path.isdir("/var/lib/docker"):
+        assert got.index("/var/lib/docker") < got.index("/var"), got
+    assert set(got) <= tops | {str(home), "/var/lib/docker"}, got
+    # without system, only the home's
+    assert homelayer.layers(str(home), [], [], mounts=[]) == [str(home)]
 
 
 def test_a_run_of_its_own_carries_what_bwrap_binds_from_inside_a_layer() -> None:
@@ -364,4 +401,64 @@ def test_as_a_non_root_user_the_layer_is_made_in_its_user_namespace() -> None:
         assert "['work', 'mine.sock'] connected" in kept, kept
         assert "NOTE-nobody" in kept and "refused" in kept and "wrote" in kept, kept
     finally:
+        shutil.rmtree(root)
+
+
+def test_a_workdir_outside_the_home_in_a_read_only_tree_is_named_with_what_to_change(state_dir: Path) -> None:
+    """Every tree outside the writable roots is a run's read-only layer (fresh round 14 c): a workdir there
+    writes nothing, and the run says so; one named in hostWritable, or in a shared dir, gets no note."""
+    work = Path(tempfile.mkdtemp(prefix="eh14c-work-", dir="/var/tmp"))
+    try:
+        note = hostroots.workdir_note(str(state_dir), hostoutside.Outside(workdir=str(work)))
+        assert note is not None and "hostWritable" in note and str(work) in note, note
+        listed = hostoutside.Outside(workdir=str(work / "."), writable=(str(work),))
+        assert hostroots.workdir_note(str(state_dir), listed) is None
+        shared = hostoutside.Outside(workdir=tempfile.gettempdir())  # /tmp: every user's, not layered
+        assert hostroots.workdir_note(str(state_dir), shared) is None
+    finally:
+        work.rmdir()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="runs the layers as nobody (needs root)"
+)
+def test_as_a_non_root_user_every_tree_is_layered_around_the_hosts_locked_mounts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gateway that is not root makes its layers in a user namespace, where every host mount is locked
+    and no overlay of a directory holding one can be made (a host mount below /var): such a directory is
+    layered by its subdirectories instead (homelayer.locked), so the run starts, and a socket outside the
+    writable roots is refused there too."""
+    root = Path(tempfile.mkdtemp(prefix="eh-nobody-", dir="/tmp"))
+    spot = Path(tempfile.mkdtemp(prefix="eh14c-nobody-", dir="/var/lib"))  # beside /var/lib/docker's mount
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        root.chmod(0o755)
+        spot.chmod(0o755)
+        home = root / "h"
+        home.mkdir()
+        os.chown(home, 65534, 65534)
+        helper = root / "hostenter"
+        helper.write_bytes(Path(str(hostkeeper.helper_path())).read_bytes())
+        helper.chmod(0o755)
+        server.bind(str(spot / "op.sock"))
+        os.chmod(spot / "op.sock", 0o777)
+        server.listen(4)
+        (spot / "note").write_text("NOTE-var\n")
+        monkeypatch.setattr(homelayer, "locked", lambda: True)
+        layers = homelayer.layers(str(home), [], [], system=True)
+        assert "/var" not in layers or not any(p.startswith("/var/") for p in homelayer.mount_points())
+        # a subdirectory in place of its directory is judged as a top-level one: /var/tmp is every user's
+        assert "/var/tmp" not in layers, layers
+        probe = f'P={shlex.quote(_PROBE)}; /usr/bin/python3 -c "$P" {spot}/op.sock; cat {spot}/note'
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(helper), "own-pts", "-",
+             *layers, "--", "/bin/sh", "-c", probe],
+            capture_output=True, text=True, check=False, cwd="/",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "Connection refused" in done.stdout and "NOTE-var" in done.stdout, done.stdout + done.stderr
+    finally:
+        server.close()
+        shutil.rmtree(spot)
         shutil.rmtree(root)
