@@ -1,0 +1,96 @@
+"""A session id names no owner and is reused once its session is gone: whatever records a run by its id
+must also check the session it finds is that run (its instance, its scope), or another agent's later
+session under the same id is read as it (fresh round 15 a). One test per place that looks a run up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from engine.approvals.history import DecisionLog
+from engine.approvals.pending import ApprovalManager
+from engine.sessions import RunSpec, SessionManager
+from runner.gateway.handlers.approvals import current_run
+from runner.gateway.journal import ApprovalJournal
+from runner.gateway.node_sessions import NodeSessions
+
+SID = "calm-gulf"
+OPS, MAIN = "agent:ops:s", "agent:main:s"
+
+
+async def _ran(manager: SessionManager, scope: str, command: str, instance: str = "") -> Any:
+    """A session under SID in `scope`, run to its end (dropped once done: the id is free again)."""
+    spec = RunSpec(command=command, scope_key=scope, session_id=SID, instance=instance)
+    res = await manager.run(spec)
+    assert res.details["status"] in ("completed", "failed"), res.text
+    return res
+
+
+async def _running(manager: SessionManager, scope: str, instance: str = "") -> Any:
+    spec = RunSpec(command="sleep 30", scope_key=scope, session_id=SID, instance=instance, background=True)
+    res = await manager.run(spec)
+    assert res.details["sessionId"] == SID, res.text
+    session = manager.get(SID)
+    assert session is not None
+    return session
+
+
+async def test_a_status_read_shows_the_approved_run_never_another_session_under_its_id(
+    state_dir: Path,
+) -> None:
+    manager = SessionManager(state_dir, kill_grace_sec=0.5)
+    try:
+        mine = await _running(manager, OPS)
+        run = {"sessionId": SID, "instance": mine.instance, "scopeKey": OPS, "status": "running"}
+        services = SimpleNamespace(sessions=manager)
+        assert current_run(services, {"run": run})["run"]["status"] == "running"  # its own: live
+        await manager.process("kill", {"sessionId": SID}, OPS)
+        manager.registry.drop(SID)
+        theirs = await _running(manager, MAIN)  # main's session, under ops's run's id
+        assert theirs.instance != mine.instance
+        seen = current_run(services, {"run": run})["run"]
+        assert seen["status"] == "unknown", seen  # not main's live session's state
+        # the same instance in another scope is not the run either (a record names both)
+        forged = {**run, "instance": theirs.instance}
+        assert current_run(services, {"run": forged})["run"]["status"] == "unknown"
+        # an outcome written down is final: never replaced by whatever session holds the id now
+        ended = {**run, "instance": theirs.instance, "scopeKey": MAIN, "status": "completed", "exitCode": 3}
+        assert current_run(services, {"run": ended})["run"]["exitCode"] == 3
+        # a record from before runs had an instance: shown as written, never as a live session's
+        legacy = {"sessionId": SID, "status": "running"}
+        assert current_run(services, {"run": legacy})["run"]["status"] == "unknown"
+    finally:
+        await manager.close()
+
+
+async def test_another_session_under_a_runs_id_never_writes_that_runs_end(state_dir: Path) -> None:
+    """The journal writes an approved run's end under its approval when a session under the run's id
+    ends: it must be that run, not main's later session holding the id (a restart forgets used ids)."""
+    log = DecisionLog(state_dir / "history")
+    log.record_decision({"id": "appr-ops", "status": "allow-once", "agentId": "ops", "resolvedAtMs": 1})
+    instance = "0123456789ab"
+    run = {"sessionId": SID, "instance": instance, "scopeKey": OPS, "status": "starting"}
+    log.record_run("appr-ops", run)
+    journal = ApprovalJournal(state_dir, ApprovalManager())  # the next gateway: links read from the files
+    manager = SessionManager(state_dir, kill_grace_sec=0.5)
+    manager.on_exit = journal.session_ended
+    try:
+        await _ran(manager, MAIN, "exit 7")  # main's session under the id, ending first
+        (entry,) = journal.history.entries()
+        assert entry.run is not None and entry.run["status"] == "starting", entry.run
+        await _ran(manager, OPS, "exit 3", instance)  # the approved run itself (adopted, say)
+        (entry,) = journal.history.entries()
+        assert entry.run is not None and (entry.run["status"], entry.run["exitCode"]) == ("completed", 3)
+    finally:
+        await manager.close()
+
+
+def test_one_agents_removal_frees_only_its_own_node_session_place() -> None:
+    """A node reuses a session's id once it is gone: main's place under an id is not ops's session."""
+    held = NodeSessions(lambda _node, _scope, _agent: True)
+    place = f"node:n1:{SID}"
+    held.kept("main", place, "n1", MAIN)
+    held.kept("ops", place, "n1", OPS)
+    held.removed("ops", place)
+    assert (held.count("main"), held.count("ops")) == (1, 0)
