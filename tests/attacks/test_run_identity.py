@@ -9,8 +9,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.approvals.history import DecisionLog
-from engine.approvals.pending import ApprovalManager
+from engine.approvals.pending import ApprovalManager, ApprovalRequest
 from engine.sessions import RunSpec, SessionManager
+from engine.tools.exec import ExecContext
+from engine.tools.resume import _never_started
 from runner.gateway.handlers.approvals import current_run
 from runner.gateway.journal import ApprovalJournal
 from runner.gateway.node_sessions import NodeSessions
@@ -94,3 +96,28 @@ def test_one_agents_removal_frees_only_its_own_node_session_place() -> None:
     held.kept("ops", place, "n1", OPS)
     held.removed("ops", place)
     assert (held.count("main"), held.count("ops")) == (1, 0)
+
+
+async def test_a_restored_run_is_not_linked_to_another_session_under_its_id(state_dir: Path) -> None:
+    """A restart resumes an approved ask said to be `starting` under SID: a kept session under SID that
+    is not that run (another instance, though in the same scope) is not linked as its run, and the ask
+    is not run again (whether it ran is unknown); the run's own session is linked."""
+    manager = SessionManager(state_dir, kill_grace_sec=0.5)
+    approvals = ApprovalManager()
+    emitted: list[str] = []
+    tool = SimpleNamespace(
+        sessions=manager, approvals=approvals, _emit=lambda _ctx, text: emitted.append(text)
+    )
+    ctx = ExecContext(agent_id="ops", session_key="s")
+    try:
+        record, _ = approvals.register(ApprovalRequest(command="true", cwd="/tmp", agent_id="ops"))
+        theirs = await _running(manager, OPS)
+        run = {"sessionId": SID, "instance": "0123456789ab", "scopeKey": OPS, "status": "starting"}
+        assert not _never_started(tool, record, ctx, "true", {**run, "host": "gateway"}, None)  # type: ignore[arg-type]
+        assert record.run is not None and record.run["status"] == "failed", record.run  # not `running`
+        assert emitted and "unknown" in emitted[0]
+        mine = {**run, "instance": theirs.instance}  # the run's own session (adopted, say)
+        assert not _never_started(tool, record, ctx, "true", mine, None)  # type: ignore[arg-type]
+        assert record.run["status"] == "running" and record.run["instance"] == theirs.instance
+    finally:
+        await manager.close()
