@@ -451,7 +451,9 @@ class DecisionLog:
             merged = dict(data)
             run = dict(runs.get(approval_id) or merged.get("run") or {})
             sid = str(run.get("sessionId") or "")
-            end = ends.get(f"{approval_id}\0{sid}") or ends.get(f"\0{sid}")
+            end = ends.get(f"{approval_id}\0{sid}")
+            if end is None and not run.get("instance"):  # an old run and an old end: matched by id alone
+                end = ends.get(f"\0{sid}")
             if end is not None:
                 run.update(status=end.get("status"), exitCode=end.get("exitCode"), endedAt=end.get("endedAt"))
             merged["run"] = run or None

@@ -121,3 +121,20 @@ async def test_a_restored_run_is_not_linked_to_another_session_under_its_id(stat
         assert record.run["status"] == "running" and record.run["instance"] == theirs.instance
     finally:
         await manager.close()
+
+
+def test_an_end_filed_by_id_alone_is_not_a_named_runs_end(state_dir: Path) -> None:
+    """A `session` line with no approval (as written before ends were filed under their approval) matches
+    by id alone only a run that has no instance either: never a run that names its session."""
+    log = DecisionLog(state_dir / "history")
+    for approval in ("appr-new", "appr-old"):
+        log.record_decision({"id": approval, "status": "allow-once", "agentId": "ops", "resolvedAtMs": 1})
+    log.record_run(
+        "appr-new", {"sessionId": SID, "instance": "0123456789ab", "scopeKey": OPS, "status": "running"}
+    )
+    log.record_run("appr-old", {"sessionId": "old-id", "status": "running"})
+    log.record_session_end({"sessionId": SID, "status": "completed", "exitCode": 7})
+    log.record_session_end({"sessionId": "old-id", "status": "completed", "exitCode": 0})
+    runs = {e.id: e.run for e in log.entries()}
+    assert runs["appr-new"] is not None and runs["appr-new"]["status"] == "running", runs
+    assert runs["appr-old"] is not None and runs["appr-old"]["status"] == "completed", runs
