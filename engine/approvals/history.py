@@ -451,7 +451,9 @@ class DecisionLog:
             merged = dict(data)
             run = dict(runs.get(approval_id) or merged.get("run") or {})
             sid = str(run.get("sessionId") or "")
-            end = ends.get(f"{approval_id}\0{sid}") or ends.get(f"\0{sid}")
+            end = ends.get(f"{approval_id}\0{sid}")
+            if end is None and not run.get("instance"):  # an old run and an old end: matched by id alone
+                end = ends.get(f"\0{sid}")
             if end is not None:
                 run.update(status=end.get("status"), exitCode=end.get("exitCode"), endedAt=end.get("endedAt"))
             merged["run"] = run or None
@@ -486,21 +488,26 @@ class DecisionLog:
                 found[str(approval_id)] = str(entry.get("status"))
         return found
 
-    def linked_sessions(self) -> dict[str, str]:
-        """Session id -> the approval that led to it, for sessions whose end is not written yet (so their
-        ends are worth writing down, under that approval); an ended one's id is free for another run."""
-        out: dict[str, str] = {}
+    def linked_sessions(self) -> dict[str, tuple[str, str | None]]:
+        """Session id -> (the approval that led to it, the run's instance), for sessions whose end is not
+        written yet (so their ends are worth writing down, under that approval); an ended one's id is free
+        for another run, and a session under the id that is not that instance is not that run."""
+        out: dict[str, tuple[str, str | None]] = {}
         ended: set[tuple[str, str]] = set()  # (approval, session): its end may be written before its start
         for entry in self.lines():
             if entry.get("kind") == "run" and isinstance(entry.get("run"), dict):
                 sid = entry["run"].get("sessionId")
                 if sid and entry["run"].get("status") == "starting":  # a final line may follow the end
-                    out[str(sid)] = str(entry.get("id"))
+                    instance = entry["run"].get("instance")
+                    out[str(sid)] = (str(entry.get("id")), instance if isinstance(instance, str) else None)
             elif entry.get("kind") == "session" and entry.get("sessionId"):
                 sid = str(entry["sessionId"])
-                ended.add((str(entry.get("approvalId") or out.get(sid) or ""), sid))
-                out.pop(sid, None)
-        return {sid: aid for sid, aid in out.items() if (aid, sid) not in ended}
+                linked = out.get(sid)
+                approval = str(entry.get("approvalId") or (linked[0] if linked else ""))
+                ended.add((approval, sid))
+                if linked is not None and linked[0] == approval:  # another approval's end is not this one's
+                    del out[sid]
+        return {sid: link for sid, link in out.items() if (link[0], sid) not in ended}
 
 
 def _encode(entry: dict[str, Any]) -> bytes:

@@ -104,6 +104,9 @@ class RunSpec:
     input_refused_unless_full: str = ""
     # The id to use when it is free: an approval's run writes it to disk before the spawn (engine.tools.exec).
     session_id: str | None = None
+    # The caller's nonce for this run's marker (`<id>-<instance>`), "" for a fresh one: an approval records
+    # it before the spawn and names its run by it, since a session id is reused once its session is gone.
+    instance: str = ""
     started_at: int = 0  # filled by the manager: the Session's own start, so a re-read meta lists the same
     # Sealed copies of verified files (engine.commands.verified), inherited at the same numbers.
     pass_fds: tuple[int, ...] = ()

@@ -98,6 +98,9 @@ class SessionManager:
         self.registry = Registry(cleanup_ms)
         self.registry.on_drop = self._on_drop
         self._listeners: list[SessionListener] = []
+        # Told of every exit with the session itself (its instance: an id alone may be reused), before the
+        # listeners hear of it: the gateway writes an approved run's end down under its approval.
+        self.on_exit: Callable[[Session], None] | None = None
         self._supervisors: set[asyncio.Task[None]] = set()
         self._closing = False
         # Kept sessions being adopted in the background (engine.sessions.adopt.Adoption), else None.
@@ -154,7 +157,7 @@ class SessionManager:
             spec,
             cwd=cwd,
             timeout_sec=self._effective_timeout(spec),
-            marker=f"{session_id}-{secrets.token_hex(6)}",
+            marker=f"{session_id}-{spec.instance or secrets.token_hex(6)}",
             session_id=session_id,  # what launchers read the id from (never parsed back out of the marker)
             started_at=now_ms(),
             warnings=warnings,
@@ -367,6 +370,11 @@ class SessionManager:
             self.registry.drop(session.id)
         session.done.set()
         session.activity.set()
+        if self.on_exit is not None:
+            try:
+                self.on_exit(session)
+            except Exception:  # a failed record must not break the session or its viewers
+                log.exception("exit hook failed for %s", session.id)
         self._emit(EventName.SESSION_EXITED, session)
         if session.listed:  # kept for list/poll/log: on disk once its waiters had their result
             asyncio.get_running_loop().call_later(SETTLE_AFTER_SEC, self._settle, session)

@@ -8,7 +8,7 @@ import contextlib
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +121,24 @@ class Session:
     @property
     def scope_key(self) -> str:
         return self.spec.scope_key
+
+    @property
+    def instance(self) -> str:
+        """What names this session alone for ever: its marker's nonce (`<id>-<nonce>`, kept by the session
+        host across restarts). The id is reused once the session is gone; this never is."""
+        marker, prefix = self.spec.marker, f"{self.id}-"
+        return marker[len(prefix) :] if marker.startswith(prefix) else marker
+
+    def is_run(self, run: Mapping[str, Any]) -> bool:
+        """Whether this session is the run a record names (`instance`, `scopeKey`, as an approval keeps
+        them): the same id is not enough, another agent's later session may hold it now."""
+        instance = run.get("instance")
+        return (
+            isinstance(instance, str)
+            and bool(instance)
+            and instance == self.instance
+            and run.get("scopeKey") == self.scope_key
+        )
 
     @property
     def cursor_key_mode(self) -> str:

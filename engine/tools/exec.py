@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -332,6 +333,7 @@ class ExecTool:
         *,
         detached: bool = False,
         session_id: str | None = None,
+        instance: str = "",
         input_refused: str = "",
         input_refused_unless_full: str = "",
     ) -> ToolResult:
@@ -371,6 +373,7 @@ class ExecTool:
                 spec.env = {**(spec.env or {}), **dict(content.env)}
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
+            spec.instance = instance
             spec.input_refused = input_refused
             spec.input_refused_unless_full = input_refused_unless_full
             result = await self.sessions.run(spec)
@@ -520,13 +523,15 @@ class ExecTool:
             # What it led to: a caller that reconnects reads it.
             note_run(self.approvals, record, denied, slot=slot)
             return denied
-        session_id = await self._starting(record, prepared, slot)
+        session_id, instance = await self._starting(record, prepared, ctx, slot)
         if record.revoked:  # revoked while its start was written down: it never starts
             denied = denied_result(record, prepared, "agent revoked")
             note_run(self.approvals, record, denied, slot=slot)
             return denied
         try:
-            result = await self._run(prepared, call, ctx, command, detached=detached, session_id=session_id)
+            result = await self._run(
+                prepared, call, ctx, command, detached=detached, session_id=session_id, instance=instance
+            )
         except StaleContent as exc:
             denied = denied_result(record, prepared, f"approval-stale: {exc}")
             note_run(self.approvals, record, denied, slot=slot)
@@ -535,19 +540,29 @@ class ExecTool:
             denied = denied_result(record, prepared, str(exc))
             note_run(self.approvals, record, denied, slot=slot)
             return denied
-        note_run(self.approvals, record, result, slot=slot)
+        identity = {"instance": instance, "scopeKey": ctx.scope_key}
+        note_run(self.approvals, record, result, slot=slot, identity=identity)
         return result
 
     async def _starting(
-        self, record: ApprovalRecord, prepared: Prepared, slot: dict[str, Any] | None = None
-    ) -> str:
+        self, record: ApprovalRecord, prepared: Prepared, ctx: ExecContext, slot: dict[str, Any] | None = None
+    ) -> tuple[str, str]:
         """Say on disk which session this approval's run starts as, before it starts: a gateway that dies
         mid-run must not leave an "approved, not yet run" ask for the next one to run a second time (the
         first copy is adopted under that id: engine.tools.resume). The real outcome replaces it. `slot`:
-        the run is a joined requester's (ApprovalRecord.slot), kept with its entry."""
+        the run is a joined requester's (ApprovalRecord.slot), kept with its entry. Returns the id and the
+        run's instance: the id alone names whatever session holds it later, the instance only this run
+        (with its scope: every lookup of the run checks both, `Session.is_run`)."""
         session_id = self.sessions.new_id()
+        instance = secrets.token_hex(6)
         if (record.run if slot is None else slot.get("run")) is None:
-            run = {"sessionId": session_id, "status": "starting", "host": prepared.host}
+            run = {
+                "sessionId": session_id,
+                "instance": instance,
+                "scopeKey": ctx.scope_key,
+                "status": "starting",
+                "host": prepared.host,
+            }
             self.approvals.note_run(record, run, slot)
         await self.approvals.durable()
         problem = self.approvals.durable_problem()
@@ -560,7 +575,7 @@ class ExecTool:
             raise ToolError(
                 f"the approved command was not started: its start could not be recorded ({problem})"
             )
-        return session_id
+        return session_id, instance
 
     async def _still_as_decided(self, prepared: Prepared) -> None:
         """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed

@@ -63,20 +63,29 @@ def agent_reason(value: str | None) -> str | None:
     return value.strip()[:500]
 
 
+RUN_IDENTITY = ("instance", "scopeKey")  # what names an approval's run alone (engine.sessions.Session.is_run)
+
+
 def note_run(
     approvals: ApprovalManager,
     record: ApprovalRecord,
     result: ToolResult,
     session_id: str | None = None,
     slot: dict[str, Any] | None = None,
+    identity: Mapping[str, Any] | None = None,
 ) -> None:
     """Link the run to its approval (`slot`: a joined requester's): `approvals.status` and the decision
-    history report it."""
+    history report it. The run keeps the identity its start was recorded with (`instance`, `scopeKey`):
+    a requester has one run, and only that identity tells it from a later session under the same id."""
     d = result.details
+    sid = session_id or d.get("sessionId")
+    before = identity or (record.run if slot is None else slot.get("run")) or {}
+    kept = {k: before[k] for k in RUN_IDENTITY if sid and before.get(k) is not None}
     approvals.note_run(
         record,
         {
-            "sessionId": session_id or d.get("sessionId"),
+            "sessionId": sid,
+            **kept,
             "status": d.get("status"),
             "exitCode": d.get("exitCode"),
             "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),

@@ -22,6 +22,7 @@ from engine.results import ToolError
 from engine.statefs import state_dir
 from engine.tools.exec import ExecContext, ExecTool
 from engine.tools.exec_asks import ask_content_key, policy_now_denies
+from engine.tools.exec_request import RUN_IDENTITY
 
 log = logging.getLogger("exechost.exec")
 
@@ -166,8 +167,18 @@ def _never_started(
     linked to this approval; unknowable, it is reported and never run again."""
     sid = str(run.get("sessionId") or "")
     session = tool.sessions.get(sid) if sid else None
+    if session is not None and not session.is_run(run):
+        # Another session holds the id now (another agent's, perhaps): not this run, and whether this run
+        # started is unknown (`never_started` says no for an id held): reported, never run again.
+        session = None
     if session is not None:
-        linked = {"sessionId": sid, "status": session.status, "exitCode": None, "tail": ""}
+        linked = {
+            "sessionId": sid,
+            **{k: run[k] for k in RUN_IDENTITY if k in run},
+            "status": session.status,
+            "exitCode": None,
+            "tail": "",
+        }
         tool.approvals.note_run(record, linked, slot)  # its end reaches the history as a linked session's
         return False
     if run.get("host") == "gateway" and sid and tool.sessions.never_started(sid):

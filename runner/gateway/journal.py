@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
 from engine.approvals.durable import PENDING_NAME, PendingFile, StoredAsk
 from engine.approvals.groupwrite import GroupWriter
@@ -20,6 +19,7 @@ from engine.approvals.history import (
     run_line,
 )
 from engine.approvals.pending import ApprovalManager, ApprovalRecord, unsettled
+from engine.sessions.registry import Session
 
 log = logging.getLogger("exechost.gateway")
 
@@ -33,7 +33,8 @@ class ApprovalJournal:
         self.approvals = approvals
         # Every decision on disk (who, what, what it led to): `approvals history` across restarts.
         self.history = DecisionLog(state_dir / HISTORY_DIR)
-        self._history_sessions: dict[str, str] | None = None  # session id -> its approval, end not written
+        # session id -> (its approval, the run's instance), end not written
+        self._history_sessions: dict[str, tuple[str, str | None]] | None = None
         # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
         self.pending_file = PendingFile(state_dir / PENDING_NAME)
         self.history_writer = GroupWriter("decision history", self._write_history_lines)
@@ -61,13 +62,18 @@ class ApprovalJournal:
         self._pending_dirty[record.id] = record
         self.pending_writer.put(self._pending_batch)
 
-    def session_ended(self, data: dict[str, Any]) -> None:
-        """A session exited: when an approval led to it, history shows how that run really ended."""
-        approval_id = self._linked_sessions().pop(str(data.get("sessionId")), None)
-        if approval_id is None:
+    def session_ended(self, session: Session) -> None:
+        """A session exited: when an approval led to it, history shows how that run really ended. The
+        session must be that run (its instance), not a later one under the same id (fresh round 15 a)."""
+        link = self._linked_sessions().get(session.id)
+        if link is None:
             return  # no approval led to it, or its end is written already (the id may be reused)
+        approval_id, instance = link
+        if instance is not None and instance != session.instance:
+            return  # another session under the run's id: the run's own end is still to come (or lost)
+        del self._linked_sessions()[session.id]
         try:
-            self.history.record_session_end(data, approval_id)
+            self.history.record_session_end(session.to_dict(), approval_id)
         except HistoryError as exc:
             log.error("%s", exc)
 
@@ -82,7 +88,9 @@ class ApprovalJournal:
             final = record.run.get("status") != "starting"
             self.history_writer.put(encode_entry(run_line(record.id, record.run)), lazy=final)
             if record.run.get("sessionId") and not final:  # once: a final line may follow the end
-                self._linked_sessions()[str(record.run["sessionId"])] = record.id
+                instance = record.run.get("instance")
+                link = (record.id, instance if isinstance(instance, str) else None)
+                self._linked_sessions()[str(record.run["sessionId"])] = link
 
     async def decided_barrier(self, record: ApprovalRecord) -> None:
         """A decision is acted upon once it is on disk. A deny (or an expiry) needs only its history line:
@@ -145,7 +153,7 @@ class ApprovalJournal:
         elif lines:
             self.pending_file.append(lines)
 
-    def _linked_sessions(self) -> dict[str, str]:
+    def _linked_sessions(self) -> dict[str, tuple[str, str | None]]:
         if self._history_sessions is None:
             self._history_sessions = self.history.linked_sessions()
         return self._history_sessions

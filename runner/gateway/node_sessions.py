@@ -132,11 +132,12 @@ class NodeSessions:
         answer would have counted it (it runs already: there is nothing left to refuse)."""
         self._held.setdefault(agent, {})[session_id] = (node, scope)
 
-    def removed(self, session_id: str) -> None:
-        """The agent removed this node session: its place is free."""
-        for agent, held in list(self._held.items()):
-            if held.pop(session_id, None) is not None and not held:
-                del self._held[agent]
+    def removed(self, agent: str, session_id: str) -> None:
+        """`agent` removed this node session: its place is free. Only that agent's: a node reuses a
+        session's id once it is gone, and another agent's place under the same id is another session."""
+        held = self._held.get(agent)
+        if held is not None and held.pop(session_id, None) is not None and not held:
+            del self._held[agent]
 
     async def _recount(self, agent: str, links: Callable[[], dict[str, NodeLink]]) -> None:
         """Free the places of `agent`'s sessions its nodes no longer list (swept, or removed there). A

@@ -460,8 +460,9 @@ class NodeHub:
             raise ToolError(f"node {link.name}: {err.get('message') or 'failed'}")
         payload = res.payload or {}
         text, details = str(payload.get("text") or ""), dict(payload.get("details") or {})
-        if action == "remove" and isinstance(sid, str) and details.get("status") == "completed":
-            self.held.removed(sid)  # no longer one of its agent's sessions
+        owner = key_owner(scope)
+        if action == "remove" and isinstance(sid, str) and owner and details.get("status") == "completed":
+            self.held.removed(owner, sid)  # no longer one of its agent's sessions
         prefix = f"node:{link.name}:"
         if isinstance(details.get("sessionId"), str):
             text = text.replace(details["sessionId"], prefix + details["sessionId"])

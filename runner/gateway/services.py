@@ -24,7 +24,7 @@ from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path as config_file_path
 from engine.config.model import Config
 from engine.policy.precedence import SessionOverrides
-from engine.protocol.methods import EventName, Method, Topic
+from engine.protocol.methods import Method, Topic
 from engine.protocol.requests import Message, ProcessRequest
 from engine.results import ToolResult
 from engine.sandbox import bwraplimits, held, hostrevocations
@@ -126,6 +126,7 @@ class Services:
             wait_session=self.wait_session,
             grants=self.grants,
         )
+        self.sessions.on_exit = self.journal.session_ended  # an approved run's end, under its approval
         self.output = OutputFanout(self.sessions, self.connections)
         self.approvals.add_listener(self._on_approval)
         self._unsubscribe = [
@@ -318,6 +319,4 @@ class Services:
         self.fanout.approval(kind, record)
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
-        if event == EventName.SESSION_EXITED:
-            self.journal.session_ended(data)
         self.output.session_event(event, data, lambda: self.fanout.broadcast(Topic.SESSIONS, event, data))

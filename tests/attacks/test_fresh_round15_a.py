@@ -71,13 +71,6 @@ async def _approved_run(
 # ---- session ids name no owner: an approval's run is looked up by a bare id ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an approval's run is kept as a bare session id and `approvals.status`/`history` show "
-    "whatever session holds that id now (`current_run`); ids are reused (3,192 two-word slugs, the "
-    "dropped set is in memory only), so agent ops reads agent main's session's status as its approved "
-    "run's, and the operator's history shows main's live session as the outcome of ops's approval.",
-)
 async def test_class2_a_reused_session_id_is_read_as_another_agents_approved_run(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -455,13 +448,6 @@ def _logged_start(state: Path, approval: str, sid: str) -> bool:
     return False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the decision log links a run to its approval by session id (`linked_sessions`: a "
-    "`starting` line with no end), and after a crash the next gateway files the end of whichever "
-    "session gets that id under that approval (`Journal.session_ended`): agent main's session, "
-    "exiting 7, is written for good as the end of ops's approved run, which the operator and ops read.",
-)
 async def test_class2_another_agents_session_end_is_filed_as_an_approved_runs_end(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

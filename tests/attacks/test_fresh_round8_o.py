@@ -417,13 +417,13 @@ async def test_class7_full_disk_at_the_starting_note_then_power_loss_runs_an_all
     starting_, run_ = ExecTool._starting, ExecTool._run
     armed = {"fill": True, "crash": True, "copied": False}
 
-    async def starting(self: ExecTool, record: Any, prepared: Any, slot: Any = None) -> str:
+    async def starting(self: ExecTool, *args: Any, **kwargs: Any) -> tuple[str, str]:
         if not armed["fill"]:
-            return await starting_(self, record, prepared, slot)
+            return await starting_(self, *args, **kwargs)
         armed["fill"] = False
         filler = _fill(state_dir)  # the agent's sandbox fills the disk: the note fails with ENOSPC
         try:
-            return await starting_(self, record, prepared, slot)
+            return await starting_(self, *args, **kwargs)
         finally:
             filler.unlink()  # ...and frees it again: the holder file and the spawn go ahead
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 # A page's views stay well under the 1 MiB frame cap whatever the agents sent (commands are capped at
 # 64 KiB, and a view holds the command about three times: text, segments, decision).
 PAGE_BYTES = 512 * 1024
+LIVE_RUN = ("starting", "running")  # a run's statuses that say nothing of how it ended
 
 
 def _page(services: Services, cursor: str | None) -> dict[str, Any]:
@@ -176,15 +177,18 @@ def _principal(conn: Connection) -> str:
 
 
 def current_run(services: Services, view: dict[str, Any]) -> dict[str, Any]:
-    """The view with its run's status as it is now: live when the session is known, else as it was last
-    written down, else `unknown` for a run that never reported an end (a session lost with its gateway)."""
+    """The view with its run's status as it is now: live when the session that holds its id is that run
+    (its instance and scope, `Session.is_run`), else as it was last written down, else `unknown` for a run
+    that never reported an end (a session lost with its gateway). An id names no owner and is reused once
+    its session is gone: the session under it now may be another agent's (fresh round 15 a)."""
     run = dict(view.get("run") or {})
     sid = str(run.get("sessionId") or "")
     if sid:
-        session = services.sessions.get(sid)
-        if session is not None:
+        live = run.get("status") in LIVE_RUN  # an outcome written down is final: never looked up again
+        session = services.sessions.get(sid) if live else None
+        if session is not None and session.is_run(run):
             run.update(status=session.status, exitCode=session.exit_code)
-        elif run.get("status") == "running":
+        elif live:
             run["status"] = "unknown"
         view = {**view, "run": run}
     return view

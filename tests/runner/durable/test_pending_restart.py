@@ -124,6 +124,9 @@ async def test_an_approved_command_running_when_the_gateway_dies_is_not_run_agai
         operator_view = cli(state_dir, "approvals", "pending", "--json")
         assert json.loads(operator_view.stdout)["details"]["approvals"] == []
         time.sleep(1.0)  # a wrongly restored ask would start its second copy now
+        # The adopted first copy is that run (its instance kept by the session host): linked, not "unknown"
+        rows = json.loads(cli(state_dir, "approvals", "history", "--json").stdout)["details"]["approvals"]
+        assert [r["run"]["status"] for r in rows if r["id"] == asked["approvalId"]] == ["running"], rows
         go.touch()
         assert log.read_text() == "run\n"
 
