@@ -99,6 +99,7 @@ async def test_class2_a_reused_session_id_is_read_as_another_agents_approved_run
 
         mine = await wait_until(ended)
         assert mine["details"]["run"] == {**mine["details"]["run"], "sessionId": sid, "exitCode": 3}
+        await ops.request("process", {"action": "remove", "sessionId": sid})  # done with it: the id is free
         await ops.close()
     async with gateway(state_dir):
         main = await _agent(state_dir)  # another agent: main, on the gateway token alone
