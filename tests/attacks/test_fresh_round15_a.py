@@ -241,7 +241,8 @@ s.connect(sys.argv[1])
 f = s.makefile("rwb")
 def send(frame):
     f.write(json.dumps(frame).encode() + b"\n"); f.flush()
-send({"type": "hello", "version": 1, "client": "acct", "name": "acct", "token": ""})
+hello = {"type": "hello", "version": 1, "client": "acct", "name": "acct", "token": ""}
+send({**hello, **(json.loads(sys.argv[3]) if len(sys.argv) > 3 else {})})
 print(f.readline().decode().strip(), flush=True)
 send({"type": "req", "id": 1, "method": "exec", "params": {"command": sys.argv[2], "background": True}})
 for line in f:
@@ -250,16 +251,23 @@ for line in f:
 AGENT_UID = 47123  # no passwd entry needed: the kernel's word (SO_PEERCRED) is all the gateway reads
 
 
-async def _account_peer(door: Path, command: str) -> asyncio.subprocess.Process:
-    """A process of account AGENT_UID (group nogroup) asking for `command` on the agents' socket."""
+async def _account_peer(
+    door: Path, command: str, hello: dict[str, str] | None = None, agent: str = "ops"
+) -> asyncio.subprocess.Process:
+    """A process of account AGENT_UID (group nogroup) asking for `command` on the agents' socket (its hello
+    with `hello` added); its first frame back must welcome it as `agent` ("" : must refuse it)."""
     peer = await asyncio.create_subprocess_exec(
         "/usr/bin/python3", "-I", "-c", ACCOUNT_PEER, f"{door}/s/agents.sock", command,
+        json.dumps(hello or {}),
         user=AGENT_UID, group=65534, extra_groups=[65534],
         stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     assert peer.stdout is not None
-    welcome = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
-    assert welcome.get("agent") == "ops", welcome
+    first = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
+    if agent:
+        assert first.get("agent") == agent, first
+    else:
+        assert first.get("type") == "error", first
     return peer
 
 
@@ -649,3 +657,29 @@ async def test_class1_the_operators_ask_and_its_env_are_read_by_prefix(state_dir
             await client.close()
     leaked = [f for f in found if "op-secret-7731" in f]
     assert not leaked, f"the gateway-token holder read the operator's ask: {leaked[0][:300]}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another Unix account")
+@pytest.mark.parametrize("proof", ["credential", "operator"])
+async def test_held_an_account_borrows_no_token(state_dir: Path, tmp_path: Path, proof: str) -> None:
+    """Agent intern's account (the kernel's word) presents agent ops's credential, or the operator token it
+    somehow read: refused at its hello, never ops or the operator, and nothing it sent runs."""
+    door = Path(tempfile.mkdtemp(prefix="ehag-", dir="/tmp"))
+    os.chmod(door, 0o755)  # the other account must reach the socket's own (0750) dir
+    ran = tmp_path / "ran"
+    config = (
+        OPS
+        + f'\n[[agents.list]]\nid = "intern"\nuid = {AGENT_UID}\n'
+        + f'\n[gateway]\nagentGroup = "nogroup"\nagentSocket = "{door}/s/agents.sock"\n'
+    )
+    write_config(state_dir, config)
+    token = principals.mint(state_dir, "ops")
+    try:
+        async with gateway(state_dir) as server:
+            shown = token if proof == "credential" else read_token(state_dir, OPERATOR_TOKEN_NAME) or ""
+            peer = await _account_peer(door, f"touch {ran}", {proof: shown}, agent="")
+            await asyncio.wait_for(peer.wait(), 30)
+            assert not server.services.approvals.pending()
+        assert not ran.exists()
+    finally:
+        shutil.rmtree(door, ignore_errors=True)
