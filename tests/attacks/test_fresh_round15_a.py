@@ -32,6 +32,7 @@ from engine.sessions import registry
 from tests.attacks.harness import ALLOWLIST
 from tests.attacks.rawclient import RawClient
 from tests.helpers.daemon import Daemon
+from tests.helpers.egress import origin
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 OPS = ALLOWLIST + '\n[[agents.list]]\nid = "ops"\n'
@@ -511,7 +512,9 @@ async def test_class2_another_agents_session_end_is_filed_as_an_approved_runs_en
         main = await _agent(state_dir)
         ran = await main.request("exec", {"command": "sh -c 'exit 7'", "background": True})
         assert ran["details"]["sessionId"] == sid
-        await wait_until(lambda: server.services.sessions.get(sid).status != "running")
+        session = server.services.sessions.get(sid)
+        assert session is not None
+        await wait_until(lambda: session.status != "running")
         await server.services.journal.history_writer.barrier()
         await main.close()
     async with gateway(state_dir):  # no live session by that id now: only what the log says
@@ -683,3 +686,54 @@ async def test_held_an_account_borrows_no_token(state_dir: Path, tmp_path: Path,
         assert not ran.exists()
     finally:
         shutil.rmtree(door, ignore_errors=True)
+
+
+def _writer(fifo: Path) -> int | None:
+    """The FIFO's write end once its reader has it open (never blocking), else None."""
+    with contextlib.suppress(OSError):
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    return None
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a run the gateway-token-only connection started keeps its way out after `anonymous = "
+    '"none"` cut that connection off: the cut bumps no credential generation, so the host runs\' egress '
+    "listener still serves it, where a rotation's bump refuses the old credential's runs at once.",
+)
+async def test_class1_a_run_of_a_connection_the_config_cut_off_keeps_its_egress(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    with origin() as site:
+        egress = (
+            '\n[agents.defaults.sandbox.egress]\nmode = "allowlist"\n'
+            f'allow = ["http://allowed.test:{site.port}"]\nask = false\n'
+            'resolve = { "allowed.test" = "127.0.0.1" }\n'
+        )
+        write_config(state_dir, FULL_MAIN + egress)
+        fetch = f"http://allowed.test:{site.port}/x"
+        curl = f"curl -sS --max-time 20 -o /dev/null -w 'code=%{{http_code}}' {fetch}"
+        script = f"cat {fifo} >/dev/null; {curl}"
+        async with gateway(state_dir) as server:
+            anonymous = await _agent(state_dir)  # the gateway token alone: main, for now
+            started = await anonymous.request("exec", {"command": script, "background": True})
+            sid = started["details"]["sessionId"]
+            operator = await connect(state_dir, "op")
+            write_config(state_dir, FULL_MAIN + egress + '\n[gateway]\nanonymous = "none"\n')
+            await operator.request("agents.refresh")
+            await wait_until(lambda: anonymous.closed)
+            # The run it left behind reaches out now (the FIFO is its trigger), if it still runs at all.
+            session = server.services.sessions.get(sid)
+            assert session is not None
+            fd = await wait_until(lambda: _writer(fifo) or (session.status != "running" and -1))
+            if fd >= 0:
+                os.write(fd, b"go\n")
+                os.close(fd)
+            await wait_until(lambda: session.status != "running")
+            log = await operator.request("process", {"action": "log", "sessionId": sid})
+            await operator.close()
+    said = str(log.get("text"))
+    assert "code=200" not in said, f"the cut-off connection's run still egresses: {said!r}"
