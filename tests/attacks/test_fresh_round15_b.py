@@ -285,12 +285,12 @@ async def test_class1_the_operators_loopback_connection_reaches_agent_mains_serv
         agent = await connect(state_dir, "agent", operator=False)
         operator = await connect(state_dir)
         try:
+            # a background session of main's: it lives until it has served one connection
+            await agent.request(
+                "exec", {"command": f"python3 {state_dir.parent}/listener.py {tmp}", "background": True}
+            )
             started = await agent.request(
-                "exec",
-                {
-                    "command": f"nohup python3 {state_dir.parent}/listener.py {tmp} >/dev/null 2>&1 & "
-                    f"while [ ! -e {tmp}/ready ]; do sleep 0.02; done; echo listening"
-                },
+                "exec", {"command": f"while [ ! -e {tmp}/ready ]; do sleep 0.02; done; echo listening"}
             )
             assert "listening" in started["text"], started
             sent = await operator.request(
