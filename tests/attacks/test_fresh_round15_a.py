@@ -32,6 +32,7 @@ from engine.sessions import registry
 from tests.attacks.harness import ALLOWLIST
 from tests.attacks.rawclient import RawClient
 from tests.helpers.daemon import Daemon
+from tests.helpers.egress import origin
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 OPS = ALLOWLIST + '\n[[agents.list]]\nid = "ops"\n'
@@ -92,6 +93,7 @@ async def test_class2_a_reused_session_id_is_read_as_another_agents_approved_run
 
         mine = await wait_until(ended)
         assert mine["details"]["run"] == {**mine["details"]["run"], "sessionId": sid, "exitCode": 3}
+        await ops.request("process", {"action": "remove", "sessionId": sid})  # done with it: the id is free
         await ops.close()
     async with gateway(state_dir):
         main = await _agent(state_dir)  # another agent: main, on the gateway token alone
@@ -233,7 +235,8 @@ s.connect(sys.argv[1])
 f = s.makefile("rwb")
 def send(frame):
     f.write(json.dumps(frame).encode() + b"\n"); f.flush()
-send({"type": "hello", "version": 1, "client": "acct", "name": "acct", "token": ""})
+hello = {"type": "hello", "version": 1, "client": "acct", "name": "acct", "token": ""}
+send({**hello, **(json.loads(sys.argv[3]) if len(sys.argv) > 3 else {})})
 print(f.readline().decode().strip(), flush=True)
 send({"type": "req", "id": 1, "method": "exec", "params": {"command": sys.argv[2], "background": True}})
 for line in f:
@@ -242,16 +245,23 @@ for line in f:
 AGENT_UID = 47123  # no passwd entry needed: the kernel's word (SO_PEERCRED) is all the gateway reads
 
 
-async def _account_peer(door: Path, command: str) -> asyncio.subprocess.Process:
-    """A process of account AGENT_UID (group nogroup) asking for `command` on the agents' socket."""
+async def _account_peer(
+    door: Path, command: str, hello: dict[str, str] | None = None, agent: str = "ops"
+) -> asyncio.subprocess.Process:
+    """A process of account AGENT_UID (group nogroup) asking for `command` on the agents' socket (its hello
+    with `hello` added); its first frame back must welcome it as `agent` ("" : must refuse it)."""
     peer = await asyncio.create_subprocess_exec(
         "/usr/bin/python3", "-I", "-c", ACCOUNT_PEER, f"{door}/s/agents.sock", command,
+        json.dumps(hello or {}),
         user=AGENT_UID, group=65534, extra_groups=[65534],
         stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     assert peer.stdout is not None
-    welcome = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
-    assert welcome.get("agent") == "ops", welcome
+    first = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
+    if agent:
+        assert first.get("agent") == agent, first
+    else:
+        assert first.get("type") == "error", first
     return peer
 
 
@@ -482,7 +492,9 @@ async def test_class2_another_agents_session_end_is_filed_as_an_approved_runs_en
         main = await _agent(state_dir)
         ran = await main.request("exec", {"command": "sh -c 'exit 7'", "background": True})
         assert ran["details"]["sessionId"] == sid
-        await wait_until(lambda: server.services.sessions.get(sid).status != "running")
+        session = server.services.sessions.get(sid)
+        assert session is not None
+        await wait_until(lambda: session.status != "running")
         await server.services.journal.history_writer.barrier()
         await main.close()
     async with gateway(state_dir):  # no live session by that id now: only what the log says
@@ -628,3 +640,80 @@ async def test_class1_the_operators_ask_and_its_env_are_read_by_prefix(state_dir
             await client.close()
     leaked = [f for f in found if "op-secret-7731" in f]
     assert not leaked, f"the gateway-token holder read the operator's ask: {leaked[0][:300]}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another Unix account")
+@pytest.mark.parametrize("proof", ["credential", "operator"])
+async def test_held_an_account_borrows_no_token(state_dir: Path, tmp_path: Path, proof: str) -> None:
+    """Agent intern's account (the kernel's word) presents agent ops's credential, or the operator token it
+    somehow read: refused at its hello, never ops or the operator, and nothing it sent runs."""
+    door = Path(tempfile.mkdtemp(prefix="ehag-", dir="/tmp"))
+    os.chmod(door, 0o755)  # the other account must reach the socket's own (0750) dir
+    ran = tmp_path / "ran"
+    config = (
+        OPS
+        + f'\n[[agents.list]]\nid = "intern"\nuid = {AGENT_UID}\n'
+        + f'\n[gateway]\nagentGroup = "nogroup"\nagentSocket = "{door}/s/agents.sock"\n'
+    )
+    write_config(state_dir, config)
+    token = principals.mint(state_dir, "ops")
+    try:
+        async with gateway(state_dir) as server:
+            shown = token if proof == "credential" else read_token(state_dir, OPERATOR_TOKEN_NAME) or ""
+            peer = await _account_peer(door, f"touch {ran}", {proof: shown}, agent="")
+            await asyncio.wait_for(peer.wait(), 30)
+            assert not server.services.approvals.pending()
+        assert not ran.exists()
+    finally:
+        shutil.rmtree(door, ignore_errors=True)
+
+
+def _writer(fifo: Path) -> int | None:
+    """The FIFO's write end once its reader has it open (never blocking), else None."""
+    with contextlib.suppress(OSError):
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    return None
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a run the gateway-token-only connection started keeps its way out after `anonymous = "
+    '"none"` cut that connection off: the cut bumps no credential generation, so the host runs\' egress '
+    "listener still serves it, where a rotation's bump refuses the old credential's runs at once.",
+)
+async def test_class1_a_run_of_a_connection_the_config_cut_off_keeps_its_egress(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    with origin() as site:
+        egress = (
+            '\n[agents.defaults.sandbox.egress]\nmode = "allowlist"\n'
+            f'allow = ["http://allowed.test:{site.port}"]\nask = false\n'
+            'resolve = { "allowed.test" = "127.0.0.1" }\n'
+        )
+        write_config(state_dir, FULL_MAIN + egress)
+        fetch = f"http://allowed.test:{site.port}/x"
+        curl = f"curl -sS --max-time 20 -o /dev/null -w 'code=%{{http_code}}' {fetch}"
+        script = f"cat {fifo} >/dev/null; {curl}"
+        async with gateway(state_dir) as server:
+            anonymous = await _agent(state_dir)  # the gateway token alone: main, for now
+            started = await anonymous.request("exec", {"command": script, "background": True})
+            sid = started["details"]["sessionId"]
+            operator = await connect(state_dir, "op")
+            write_config(state_dir, FULL_MAIN + egress + '\n[gateway]\nanonymous = "none"\n')
+            await operator.request("agents.refresh")
+            await wait_until(lambda: anonymous.closed)
+            # The run it left behind reaches out now (the FIFO is its trigger), if it still runs at all.
+            session = server.services.sessions.get(sid)
+            assert session is not None
+            fd = await wait_until(lambda: _writer(fifo) or (session.status != "running" and -1))
+            if fd >= 0:
+                os.write(fd, b"go\n")
+                os.close(fd)
+            await wait_until(lambda: session.status != "running")
+            log = await operator.request("process", {"action": "log", "sessionId": sid})
+            await operator.close()
+    said = str(log.get("text"))
+    assert "code=200" not in said, f"the cut-off connection's run still egresses: {said!r}"

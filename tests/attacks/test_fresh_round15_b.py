@@ -256,63 +256,6 @@ async def test_class1_a_moved_workspace_root_leaves_the_old_workspaces_to_host_r
     assert SECRET not in read["_text"], read
 
 
-LISTENER = (
-    "import socket, sys\n"
-    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-    "s.bind(('127.0.0.1', 47015)); s.listen(1)\n"
-    "open(sys.argv[1] + '/ready', 'w').close()\n"
-    "c, _ = s.accept(); data = b''\n"
-    "while chunk := c.recv(4096): data += chunk\n"
-    "open(sys.argv[1] + '/got.tmp', 'wb').write(data)\n"
-    "import os; os.rename(sys.argv[1] + '/got.tmp', sys.argv[1] + '/got')\n"
-)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own exec joins the named agent's network namespace (hostnet.<agent>): a "
-    "server agent main left on 127.0.0.1 receives what the operator's command sends to a loopback port "
-    "(a database password, a token in a header).",
-)
-async def test_class1_the_operators_loopback_connection_reaches_agent_mains_server(state_dir: Path) -> None:
-    """Agent main leaves a listener on 127.0.0.1:47015 in its host runs' namespace. The operator's own
-    exec (no agent named) talks to 127.0.0.1:47015, meaning a service of the machine's, and sends a
-    secret; main's listener has it."""
-    write_config(state_dir, FULL)
-    tmp = os.environ["EXECHOST_HOST_PRIVATE"]
-    (state_dir.parent / "listener.py").write_text(LISTENER)
-    async with gateway(state_dir):
-        agent = await connect(state_dir, "agent", operator=False)
-        operator = await connect(state_dir)
-        try:
-            started = await agent.request(
-                "exec",
-                {
-                    "command": f"nohup python3 {state_dir.parent}/listener.py {tmp} >/dev/null 2>&1 & "
-                    f"while [ ! -e {tmp}/ready ]; do sleep 0.02; done; echo listening"
-                },
-            )
-            assert "listening" in started["text"], started
-            sent = await operator.request(
-                "exec",
-                {
-                    "command": "python3 -c 'import socket; "
-                    's = socket.create_connection(("127.0.0.1", 47015)); '
-                    f's.sendall(b"{SECRET}"); s.close()\''
-                },
-            )
-            if sent["details"]["exitCode"] != 0:
-                return  # nothing listens there for the operator's command: main's server got nothing
-            got = await agent.request(
-                "exec",
-                {"command": f"while [ ! -e {tmp}/got ]; do sleep 0.02; done; cat {tmp}/got", "timeout": 20},
-            )
-        finally:
-            await agent.close()
-            await operator.close()
-    assert SECRET not in got["text"], got
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="open: the operator's own exec is filed in the named agent's scope (agent:main), so agent main "
