@@ -194,6 +194,13 @@ class ApprovalRecord:
         return None
 
     @property
+    def operators(self) -> bool:
+        """Only the operator's own calls asked it (every requester's resume says so): no agent's ask,
+        whatever agent they named for policy, so no agent is shown it (the principal that runs owns it)."""
+        made = [self.resume, *(entry.get("resume") for entry in self.joined)]
+        return self.resume is not None and all((r or {}).get("operator") is True for r in made)
+
+    @property
     def cursor(self) -> str:
         """Sorts like creation order (ids break ties) and stays valid after the record is gone."""
         return f"{self.created_at_ms:015d}:{self.id}"
@@ -226,6 +233,7 @@ class ApprovalRecord:
             # The one session a "this session only" grant would belong to; None: that choice is refused.
             "sessionOwner": session_owner(self),
             **self.request.to_json(),
+            **({"operator": True} if self.operators else {}),
         }
 
 
@@ -746,8 +754,8 @@ class ApprovalManager:
         if not key:
             return None
         known = {r.id: r for r in self._history} | self._records
-        if agent_id is not None:
-            known = {i: r for i, r in known.items() if r.request.agent_id == agent_id}
+        if agent_id is not None:  # the agent's own asks: never the operator's that named it for policy
+            known = {i: r for i, r in known.items() if r.request.agent_id == agent_id and not r.operators}
         if key in known:
             return known[key]
         hits = [r for rid, r in known.items() if rid.startswith(key)]
