@@ -184,6 +184,8 @@ class ApprovalRecord:
     # are settled by the credential their resume names). A revoke or rotation that makes it stale settles
     # the ask at once, whatever kind it is (a command, an egress name, a node's): nobody can approve it.
     generation: int | None = field(default=None, compare=False, kw_only=True)
+    # Asked by the operator's own run where no resume says so (a node's relayed ask for it): `operators`.
+    by_operator: bool = field(default=False, compare=False, kw_only=True)
 
     def slot(self, session_key: str | None, node_approval_id: str | None = None) -> dict[str, Any] | None:
         """The joined requester's entry for this caller, or None for the first requester (whose resume
@@ -197,6 +199,8 @@ class ApprovalRecord:
     def operators(self) -> bool:
         """Only the operator's own calls asked it (every requester's resume says so): no agent's ask,
         whatever agent they named for policy, so no agent is shown it (the principal that runs owns it)."""
+        if self.by_operator and not self.joined:
+            return True
         made = [self.resume, *(entry.get("resume") for entry in self.joined)]
         return self.resume is not None and all((r or {}).get("operator") is True for r in made)
 

@@ -298,6 +298,7 @@ class NodeHub:
             events_key,
             place=place,
             generation=ctx.generation,
+            operator=ctx.operator,
         )
         run.instance = link.hello.instance if link.hello is not None else ""
         self.keys.give(link.name, events_key)  # its background sessions may report under it later

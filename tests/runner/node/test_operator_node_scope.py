@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from engine.principals import OPERATOR_SCOPE
+from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import SshdNode
 from tests.runner.node.test_node_asks import setup
@@ -46,6 +49,29 @@ async def test_the_operators_node_run_is_no_agents(sshd_nodes: list[SshdNode], s
             await wait_until(logged)
             ended = await operator.request("process", {"action": "kill", "sessionId": sid})
             assert ended["details"].get("terminationRequested") is True, ended
+        finally:
+            await agent.close()
+            await operator.close()
+
+
+async def test_the_operators_node_ask_is_not_the_named_agents(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """The node relays an ask for the operator's run (its own policy asks); agent main, which the run named
+    for policy, is never shown it by `approvals.status`."""
+    setup(state_dir, sshd_nodes)  # the node asks on a miss
+    async with gateway(state_dir):
+        operator = await connect(state_dir, "op")
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            asked = await operator.request("exec", {"command": "echo OP-NODE-ASK", "node": "alpha"})
+            assert asked["details"]["status"] == "approval-pending", asked
+            approval = str(asked["details"]["approvalId"])
+            got = await operator.request("approvals.status", {"approvalId": approval})
+            assert got["details"]["approval"]["operator"] is True, got
+            for wanted in (approval, approval[:8]):
+                with pytest.raises(RemoteError, match="unknown or expired approval id"):
+                    await agent.request("approvals.status", {"approvalId": wanted})
         finally:
             await agent.close()
             await operator.close()
