@@ -73,6 +73,22 @@ def key_owner(key: str) -> str | None:
     return name if valid_name(name) else None
 
 
+# The operator's own runs are filed here: a key no agent's `owns_key` matches, whatever agent the run names
+# for policy (the principal that runs owns what it starts; docs/SECURITY.md, Principals).
+OPERATOR_SCOPE = "operator"
+
+
+def operator_key(key: str) -> str:
+    """The scope an operator's own run is filed under, from the session key it named: `operator` for
+    none, an ownerless key unchanged (already the operator's only), and an agent's key moved out of that
+    agent's namespace (`agent:main:s1` is `operator:agent:main:s1`), so no agent lists, reads, types
+    into or is told of the operator's run however the operator named it. Idempotent."""
+    key = key.strip()
+    if not key:
+        return OPERATOR_SCOPE
+    return key if key_owner(key) is None else f"{OPERATOR_SCOPE}:{key}"
+
+
 def own_key(agent: str, key: str) -> str:
     """The scope a non-operator caller's `sessionKey` names: its own key unchanged, anything else moved
     into its own namespace (agent main's plain `s1` is `agent:main:s1`). A guessed `agent:victim:…` thus

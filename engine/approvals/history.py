@@ -88,7 +88,7 @@ def decision_line(view: dict[str, Any]) -> dict[str, Any]:
         "id", "slug", "status", "createdAtMs", "expiresAtMs", "resolvedBy", "resolvedAtMs", "reason",
         "count", "command", "cwd", "host", "agentId", "sessionKey", "security", "ask", "askFallback",
         "allowedDecisions", "resolvedPath", "nodeId", "nodeName", "envKeys", "agentReason", "requesterGone",
-        "run", "requesterCount", "contentDigests",
+        "run", "requesterCount", "contentDigests", "operator",
     )  # fmt: skip
     line = {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
     # Who asked: a count and the first few, never the whole list (an agent decides how many join).
@@ -470,7 +470,9 @@ class DecisionLog:
         hits = [
             e
             for e in self.entries()
-            if e.id.lower().startswith(key) and (agent_id is None or e.agent_id == agent_id)
+            if e.id.lower().startswith(key)
+            # an agent's: its own entries, never the operator's own asks that named it for policy
+            and (agent_id is None or (e.agent_id == agent_id and e.data.get("operator") is not True))
         ]
         exact = [e for e in hits if e.id.lower() == key]
         if exact:

@@ -184,6 +184,8 @@ class ApprovalRecord:
     # are settled by the credential their resume names). A revoke or rotation that makes it stale settles
     # the ask at once, whatever kind it is (a command, an egress name, a node's): nobody can approve it.
     generation: int | None = field(default=None, compare=False, kw_only=True)
+    # Asked by the operator's own run where no resume says so (a node's relayed ask for it): `operators`.
+    by_operator: bool = field(default=False, compare=False, kw_only=True)
 
     def slot(self, session_key: str | None, node_approval_id: str | None = None) -> dict[str, Any] | None:
         """The joined requester's entry for this caller, or None for the first requester (whose resume
@@ -192,6 +194,15 @@ class ApprovalRecord:
             if (entry.get("sessionKey"), entry.get("nodeApprovalId")) == (session_key, node_approval_id):
                 return entry
         return None
+
+    @property
+    def operators(self) -> bool:
+        """Only the operator's own calls asked it (every requester's resume says so): no agent's ask,
+        whatever agent they named for policy, so no agent is shown it (the principal that runs owns it)."""
+        if self.by_operator and not self.joined:
+            return True
+        made = [self.resume, *(entry.get("resume") for entry in self.joined)]
+        return self.resume is not None and all((r or {}).get("operator") is True for r in made)
 
     @property
     def cursor(self) -> str:
@@ -226,6 +237,7 @@ class ApprovalRecord:
             # The one session a "this session only" grant would belong to; None: that choice is refused.
             "sessionOwner": session_owner(self),
             **self.request.to_json(),
+            **({"operator": True} if self.operators else {}),
         }
 
 
@@ -746,8 +758,8 @@ class ApprovalManager:
         if not key:
             return None
         known = {r.id: r for r in self._history} | self._records
-        if agent_id is not None:
-            known = {i: r for i, r in known.items() if r.request.agent_id == agent_id}
+        if agent_id is not None:  # the agent's own asks: never the operator's that named it for policy
+            known = {i: r for i, r in known.items() if r.request.agent_id == agent_id and not r.operators}
         if key in known:
             return known[key]
         hits = [r for rid, r in known.items() if rid.startswith(key)]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.principals import operator_key
 from engine.sessions.host import (
     SPOOL_HEADER_SIZE,
     HeldFactory,
@@ -215,12 +216,15 @@ def _spec(meta: dict[str, Any]) -> RunSpec:
     if isinstance(timeout, (int, float)) and timeout > 0:
         started = float(meta.get("startedAt") or 0) / 1000
         remaining = max(0.001, started + float(timeout) - time.time())
+    scope = str(meta.get("scopeKey") or "")
     return RunSpec(
         command=str(meta.get("command") or ""),
         cwd=meta.get("cwd"),
         pty=bool(meta.get("pty")),
-        scope_key=str(meta.get("scopeKey") or ""),
-        session_key=meta.get("sessionKey"),
+        # The operator's run stays the operator's: one a gateway before this filed under the agent it named
+        # is moved out of that agent's scope as it is adopted (principals.operator_key is idempotent).
+        scope_key=operator_key(scope) if meta.get("operator") is True else scope,
+        session_key=None if meta.get("operator") is True else meta.get("sessionKey"),
         host=str(meta.get("host") or "gateway"),
         name=meta.get("name"),
         timeout_sec=remaining,

@@ -313,7 +313,8 @@ class ExecTool:
             timeout_sec=timeout_sec,
             scope_key=ctx.scope_key,
             operator=ctx.operator,
-            session_key=ctx.session_key or None,
+            # Its system events go where it is filed: an operator's run never tells an agent's queue.
+            session_key=None if ctx.operator or ctx.filed_under else ctx.session_key or None,
             notify_on_exit=False if detached else exec_cfg.notify_on_exit,
             notify_on_exit_empty_success=exec_cfg.notify_on_exit_empty_success,
             host=prepared.host,
@@ -710,7 +711,7 @@ class ExecTool:
             self._emit(ctx, finished_text(record, str(result.details.get("sessionId", "")), result))
 
     def _emit(self, ctx: ExecContext, text: str) -> None:
-        self.events.enqueue(ctx.session_key or ctx.scope_key, text)
+        self.events.enqueue(ctx.scope_key, text)  # the run's owner's queue (the operator's own, for its run)
 
     def _report_orphan(
         self,

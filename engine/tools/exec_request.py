@@ -12,6 +12,7 @@ from engine.approvals.store import Use
 from engine.config.model import Config
 from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision
+from engine.principals import operator_key
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
@@ -151,9 +152,20 @@ class ExecContext:
     # grants — is keyed by `owner` (namespace + agent), so two gateways' agents of one name never share any
     # of it. Policy (config, the approvals file's policy fields) is still the agent's by name (agent_id).
     namespace: str = ""
+    # The scope the run is filed under, when the caller decided it (a node: the gateway's filing of an
+    # operator's run, under its namespace); "" derives it below.
+    filed_under: str = ""
 
     @property
     def scope_key(self) -> str:
+        """Whose the run is (its session, output, events, `process` verbs, durable records): the principal
+        that runs it owns it. An operator's run is the operator's (principals.operator_key), whatever agent
+        it names for policy; an agent's is its session key's, else the agent's own scope. Policy reads
+        `agent_id` and `session_key`, never this."""
+        if self.filed_under:
+            return self.filed_under
+        if self.operator:
+            return operator_key(self.session_key)
         return self.session_key or f"agent:{self.agent_id}"
 
     @property

@@ -114,6 +114,8 @@ async def relay_approval(
             if exc.code == "AGENT_REVOKED":  # revoked while this run waited (an allow-once taken: asks again)
                 return revoked_answer(link, run)
             return {"decision": None, "resolvedBy": "too-many-pending"}  # the queue caps hold: askFallback
+        if run.operator and not record.joined and len(record.requesters) <= 1:
+            record.by_operator = True  # the operator's own run asked first: no agent's ask (yet)
         run.records.append(record)
         run.asked.set()
         decision = await manager.wait(record)

@@ -47,6 +47,7 @@ class NodeRun:
     # Its agent's credential generation when the call was taken up (engine.approvals.generations): after a
     # revoke or rotation, what its node asks for it is denied at once. None: the operator's run.
     generation: int | None = None
+    operator: bool = False  # the operator's own run: its asks shown to no agent (ApprovalRecord.operators)
 
     def where(self) -> str:
         """Where it ran, in the words every result uses (`details.ranOn`)."""

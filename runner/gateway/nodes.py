@@ -243,7 +243,7 @@ class NodeHub:
             # int64: the node's reader refuses more, and counts each refusal against the link everyone shares.
             "timeoutMs": min(int(timeout_sec * 1000), INT_MAX) if explicit or not given.background else None,
             "agentId": ctx.agent_id,
-            "sessionKey": ctx.session_key or None,
+            "sessionKey": ctx.session_key or None,  # its policy's (a non-main sandbox, overrides)
             "runId": run_id,
             # The gateway's effective policy: per-call values the node may only tighten with.
             "security": decision.security,
@@ -268,8 +268,12 @@ class NodeHub:
                 )
         except NodeError as exc:
             raise ToolError(str(exc)) from None
+        if ctx.operator:
+            # Filed there as here: the operator's own, never the agent it names for policy (whose
+            # `process` on that node would otherwise find it); a node before this ignores it.
+            request["scopeKey"] = ctx.scope_key
         # The key this run's events are filed under, as the gateway files its own (never the frame's).
-        events_key = ctx.session_key or ctx.scope_key
+        events_key = ctx.scope_key
         owner = None if ctx.operator else key_owner(ctx.scope_key)
         if owner is not None:  # the agent's output budget here also caps its sessions there (only tightens)
             request["maxOutputBytes"] = config.exec_for(owner).max_output_bytes_per_agent
@@ -294,6 +298,7 @@ class NodeHub:
             events_key,
             place=place,
             generation=ctx.generation,
+            operator=ctx.operator,
         )
         run.instance = link.hello.instance if link.hello is not None else ""
         self.keys.give(link.name, events_key)  # its background sessions may report under it later

@@ -9,6 +9,7 @@ from typing import Any
 from engine.commands.rawcommand import format_exec_command
 from engine.errors import InvalidInput
 from engine.nodes.wire import NodeEvent
+from engine.principals import key_owner
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager
@@ -25,6 +26,7 @@ EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
 MIN_BUDGET = 1 << 20  # the least maxOutputBytesPerAgent a config may say (engine.config.schema)
 ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+SCOPE = re.compile(r"^[A-Za-z0-9_.:@-]{1,160}$")  # `operator:` and a session key (principals.operator_key)
 
 
 def _streams(details: dict[str, Any], merged: str) -> dict[str, str]:
@@ -156,10 +158,15 @@ class SystemRun:
         # Everything else it files (host resources, its sandbox, allow-always entries, grants) is the
         # gateway's agent's too: keyed by namespace and agent, as its sessions are (ExecContext.owner);
         # policy is still the agent's by name.
+        # The gateway's filing of its operator's own run (ExecContext.scope_key): that gateway's, no agent's.
+        filed = p.get("scopeKey")
+        if filed is not None and (not isinstance(filed, str) or not SCOPE.match(filed) or key_owner(filed)):
+            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: bad scopeKey (an ownerless key)")
         ctx = ExecContext(
             agent_id=agent_id,
             session_key=ns + (own or f"agent:{agent_id}") if ns else own,
             namespace=ns,
+            filed_under=ns + filed if filed else "",
         )
         session_key = ns + session_key
         suppress = bool(p.get("suppressNotifyOnExit"))

@@ -385,13 +385,6 @@ async def test_class1_the_autostarting_agents_umask_is_every_runs(state_dir: Pat
 # ---- the operator's own runs: filed in agent main's namespace ------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's exec (the CLI, the console, no --agent) names agent main for policy, and "
-    "its session is filed under `agent:main` (ExecContext.scope_key), so whoever holds only the gateway "
-    "token (agent main: every credentialed agent that leaves its credential out) lists it, reads its "
-    "output, kills it and drains its events; the operator's own runs have no scope of their own.",
-)
 async def test_class1_the_operators_run_output_is_the_gateway_token_holders(state_dir: Path) -> None:
     write_config(state_dir, FULL_MAIN)
     async with gateway(state_dir):

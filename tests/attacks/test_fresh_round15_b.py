@@ -256,13 +256,6 @@ async def test_class1_a_moved_workspace_root_leaves_the_old_workspaces_to_host_r
     assert SECRET not in read["_text"], read
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own exec is filed in the named agent's scope (agent:main), so agent main "
-    "lists the operator's shell session and types into it (`process write`): main's commands run in the "
-    "operator's run, in the operator's pids group (exechost-operator-<install>), which no revoke of main "
-    "kills.",
-)
 async def test_class1_agent_main_types_into_the_operators_shell_session(state_dir: Path) -> None:
     """The operator opens a shell through exechost (a background `sh` reading its input: the console's
     way to keep one). Agent main, on the gateway token alone, finds it in its own session list and writes

@@ -134,7 +134,8 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
             _principal(conn), partial(services.journal.history.find, wanted, mine), conn.fair_key
         )
         view = entry.view() if entry is not None else None
-    if view is None or (not conn.operator and view.get("agentId") != caller):
+    theirs = view is not None and view.get("agentId") == caller and view.get("operator") is not True
+    if view is None or (not conn.operator and not theirs):
         raise InvalidInput(f"unknown or expired approval id {wanted!r}")
     view = current_run(services, view)
     run = dict(view.get("run") or {})

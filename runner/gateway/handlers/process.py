@@ -6,7 +6,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from engine import fairpool
-from engine.principals import check_node_query
+from engine.principals import OPERATOR_SCOPE, check_node_query
 from engine.protocol.requests import ProcessRequest
 from engine.results import ToolError
 from engine.sessions.actions import INPUT_ACTIONS
@@ -22,7 +22,12 @@ async def handle(services: Services, conn: Connection, req: ProcessRequest) -> d
     agent, key = agent_id(conn, req.agent_id), session_key(conn, req.session_key)
     check_sandbox_tool(services, "process", agent, key)
     action = req.action.strip().lower()
-    scope = key or f"agent:{agent}"
+    # The scope the verb acts in. An agent: its session key's, else its own. The operator sees every
+    # scope: the one it names, else its own runs' on a node (where a verb needs one scope) and every
+    # scope here (its own runs are filed under its own key, whatever agent they named: principals.
+    # operator_key), so it reaches its runs and the agents' alike by id.
+    scope = key or (OPERATOR_SCOPE if conn.operator else f"agent:{agent}")
+    local: str | None = None if conn.operator and not key else scope
     tool_params = req.tool_params()
     if req.node:
         check_node_query(req.node)
@@ -33,7 +38,7 @@ async def handle(services: Services, conn: Connection, req: ProcessRequest) -> d
     if (req.session_id or "").startswith("node:") or req.node:
         # A node's session: the node runs the action in the same scope (runner/gateway/nodes.py).
         return (await services.nodes.process(action, tool_params, scope)).to_dict()
-    result = await services.sessions.process(action, tool_params, scope, operator=conn.operator)
+    result = await services.sessions.process(action, tool_params, local, operator=conn.operator)
     if action == "list":  # node sessions in this scope too, with their node
         result = await services.nodes.merged_list(result, tool_params, scope)
     return result.to_dict()

@@ -79,7 +79,9 @@ async def test_slow_console_loses_output_frames_not_the_gateway(
         while replies.count(b"\n") < 2:  # welcome + the subscribe response: subscribed before the exec
             replies += await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 4096), 10)
         assert b'"ok":true' in replies
-        agent = await connect(state_dir, "agent")
+        # Agent main's run: the lazy reader (agent main, on the gateway token) is shown it; the operator's
+        # own run is the operator's alone (principals.operator_key).
+        agent = await connect(state_dir, "agent", operator=False)
         started = await agent.request(
             "exec", {"command": "head -c 4000000 /dev/zero | tr '\\0' x", "background": True}
         )
