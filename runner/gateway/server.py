@@ -150,9 +150,10 @@ class GatewayServer:
             ensure_token(self.state_dir)  # made on first start; read at each handshake from then on
             ensure_token(self.state_dir, OPERATOR_TOKEN_NAME)
             self._tokens_seen = self._tokens.generation()
-            await self.services.start()
-            # A stamped proof is decided again at each point of use against the config now (liveprincipal).
+            # A stamped proof is decided again at each point of use against the config now (liveprincipal),
+            # the restored asks' included.
             self.services.approvals.generations.holds = lambda key: proof_holds(key, self.services.config())
+            await self.services.start()
             self._loop = asyncio.get_running_loop()
             self.services.live_config.on_change = self.config_changed
             old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
