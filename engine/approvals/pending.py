@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import jsontext
+from engine.approvals import generations as stamps
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
 from engine.approvals.generations import Generations
 from engine.approvals.grants import GrantLimits, new_grant_id
@@ -186,6 +187,10 @@ class ApprovalRecord:
     generation: int | None = field(default=None, compare=False, kw_only=True)
     # Asked by the operator's own run where no resume says so (a node's relayed ask for it): `operators`.
     by_operator: bool = field(default=False, compare=False, kw_only=True)
+    # The proofs other than a credential that made its requesters the agent (a uid mapping, the gateway
+    # token alone), each at the oldest generation one was stamped under: a config change that cuts one off
+    # settles the ask as a revoke would (ApprovalManager.end_proofs).
+    proofs: dict[str, int] = field(default_factory=dict, compare=False, kw_only=True)
 
     def slot(self, session_key: str | None, node_approval_id: str | None = None) -> dict[str, Any] | None:
         """The joined requester's entry for this caller, or None for the first requester (whose resume
@@ -351,7 +356,12 @@ class ApprovalManager:
         approval), who then gets their own run from the one decision; False for a repeat. `generation`:
         the agent's credential generation its run began under; an older one than now is refused
         (AGENT_REVOKED): the agent was revoked or rotated since, and nothing that run asks is filed."""
-        if self.generations.stale(request.agent_id, generation):
+        stamp = stamps.stamped()  # the call's own stamp: the proof its caller presented (None: none to note)
+        proof = stamp.proof if stamp is not None and stamp.agent == request.agent_id else ""
+        proof_generation = stamp.proof_generation if stamp is not None else 0
+        if self.generations.stale(request.agent_id, generation) or self.generations.proof_ended(
+            proof, proof_generation, live=True
+        ):
             raise ApprovalError(
                 "AGENT_REVOKED",
                 f"exec denied: agent {request.agent_id} was revoked (or its credential rotated) after this "
@@ -368,6 +378,9 @@ class ApprovalManager:
                 if new:
                     self._check_room(request)  # a join is one more ask waiting
                     existing.generation = _oldest(existing.generation, generation)
+                    if proof:
+                        kept = existing.proofs.get(proof, proof_generation)
+                        existing.proofs[proof] = min(kept, proof_generation)
                     existing.requesters.append(request.requester())
                     self._joined_one(existing)
                     if resume is not None and existing.resume is not None:
@@ -396,6 +409,7 @@ class ApprovalManager:
             future=loop.create_future(),
             question=question,
             generation=generation,
+            proofs={proof: proof_generation} if proof else {},
         )
         self._records[record.id] = record
         self._opened(record)
@@ -567,8 +581,22 @@ class ApprovalManager:
                 self.revoke_record(record)
 
     def stale(self, record: ApprovalRecord) -> bool:
-        """Whether a requester of `record` ran under a generation its agent's revoke or rotation ended."""
-        return self.generations.stale(record.request.agent_id, record.generation)
+        """Whether a requester of `record` ran under a generation its agent's revoke or rotation ended, or
+        under a proof the config has cut off since (decided against the config now)."""
+        return self.generations.stale(record.request.agent_id, record.generation) or any(
+            self.generations.proof_ended(key, gen, live=True) for key, gen in record.proofs.items()
+        )
+
+    def end_proofs(self, holds: Callable[[str], bool]) -> int:
+        """The config changed: the proofs it cut off (an unmapped account, `anonymous = "none"`) end, and
+        every ask made under one is settled as a revoke settles it (denied; approved, never started). Only
+        the approvals' own settling hears it: the agent's credential and its other callers stand."""
+        touched = 0
+        for agent_id in set(self.generations.end_proofs(holds)):
+            for record in [*self._open.values(), *self._maybe_unsettled.values()]:
+                if record.request.agent_id == agent_id and self.stale(record):
+                    touched += self.revoke_record(record)
+        return touched
 
     def revoke_record(self, record: ApprovalRecord) -> int:
         """Whoever asked was revoked (live, or while no gateway ran: engine.tools.resume): a pending ask is

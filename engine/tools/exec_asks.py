@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.approvals import generations
 from engine.approvals.pending import ApprovalRecord, ApprovalRequest, env_hash
 from engine.policy.decision import Decision
 from engine.protocol.requests import ExecRequest
@@ -69,9 +70,18 @@ def resume_data(prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> dict
         "approved": prepared.command_to_run(approved=True),
         "identity": [list(item) for item in prepared.decision.identity],
         "credential": ctx.credential,
+        # what else made the caller its agent (a uid mapping, the gateway token alone): the next gateway
+        # settles the ask when its config no longer gives it (engine.tools.resume)
+        **({"proof": proof} if (proof := _proof(ctx)) else {}),
         # the operator's own ask runs, resumed, as the operator's (its pids group); absent: not the operator's
         **({"operator": True} if ctx.operator else {}),
     }
+
+
+def _proof(ctx: ExecContext) -> str:
+    """The proof the call's stamp names (engine.approvals.generations), "" for a credential's or none."""
+    stamp = generations.stamped()
+    return stamp.proof if stamp is not None and stamp.agent == ctx.agent_id else ""
 
 
 def waiting_data(record: ApprovalRecord) -> dict[str, Any]:

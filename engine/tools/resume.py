@@ -54,11 +54,17 @@ def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
             run=ask.run,
             joined=ask.joined,
         )
-        revoked = [r for r in (record.resume, *(s.get("resume") for s in record.joined)) if not _holds(r)]
-        if revoked:
+        made = [record.resume, *(s.get("resume") for s in record.joined)]
+        revoked = [r for r in made if not _holds(r)]
+        # A uid mapping or the anonymous rule that made its caller the agent: kept with the ask again, so
+        # a later config change settles it as a live one (ApprovalManager.end_proofs), and decided now.
+        gens = tool.approvals.generations
+        for proof in {str(r.get("proof") or "") for r in made if r} - {""}:
+            record.proofs[proof] = gens.proof(proof, record.request.agent_id)
+        if revoked or tool.approvals.stale(record):
             # Its credential was revoked (or re-minted) while no gateway ran (`exechost agents revoke`
             # offline only removes the file): what it asked is not run after, as a live revoke ensures.
-            log.warning("restored ask %s: its agent's credential no longer holds; denied", record.id)
+            log.warning("restored ask %s: what made its caller the agent no longer holds; denied", record.id)
             tool.approvals.revoke_record(record)
         tool._spawn(resume_ask(tool, record))
         for slot in record.joined:  # every requester coalesced into it was promised its own run

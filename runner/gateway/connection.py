@@ -48,6 +48,10 @@ class Connection:
         self.agent = "main"
         self.credential = ""  # the agent whose minted credential authenticated this connection, if any
         self.presented = ""  # that credential, to drop the connection once it is revoked or re-minted
+        # The gateway and operator tokens it proved: it is dropped once its files hold others (tokenfiles).
+        self.proved_token = hello.token
+        self.proved_operator = hello.operator or ""
+        self.tokens_generation = 0  # the GatewayTokens.generation its tokens were last checked under
         self.peer_uid = -1
         self.config_generation = 0  # the LiveConfig.generation its principal was last decided under
         self.other_account = False  # came from another Unix account (agents' socket): its uid is who it is

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from engine.protocol.frames import (
     encode_frame,
 )
 from runner.gateway import limits
+from runner.gateway.tokenfiles import GatewayTokens
 
 
 async def reject(writer: asyncio.StreamWriter, code: str, message: str) -> None:
@@ -62,14 +62,14 @@ async def principal(
     hello: Hello,
     mapped: str | None,
     *,
-    token: str,
-    operator: str,
+    tokens: GatewayTokens,
     state_dir: Path,
     anonymous: Callable[[], str],
 ) -> tuple[str, str] | None:
     """Who this connection is, as (agent, credential's agent or ""): from the peer's Unix account on
-    the agents' socket (`mapped`), else from the tokens it proved. `anonymous`: the config's
-    `[gateway] anonymous`, read when a hello presents only the gateway token."""
+    the agents' socket (`mapped`), else from the tokens it proved, each checked against its file as it is
+    now (runner.gateway.tokenfiles: a replaced token stops at once, as an agent's credential).
+    `anonymous`: the config's `[gateway] anonymous`, read when a hello presents only the gateway token."""
     if mapped is not None:
         # Another account: its uid is its identity. It cannot have read the operator's tokens, and it
         # may not borrow another agent's credential either.
@@ -77,11 +77,11 @@ async def principal(
             await reject(writer, "auth", f"this account is agent {mapped!r}; present no tokens")
             return None
         return mapped, ""
-    if not hmac.compare_digest(hello.token.encode(), token.encode()):
+    if not tokens.gateway.matches(hello.token):
         await reject(writer, "auth", "invalid gateway token")
         return None
     if hello.operator:
-        if not hmac.compare_digest(hello.operator.encode(), operator.encode()):
+        if not tokens.operator.matches(hello.operator):
             await reject(writer, "auth", "invalid operator token")
             return None
         if hello.credential:

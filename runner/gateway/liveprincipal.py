@@ -1,6 +1,8 @@
 """Who a live connection is now: its principal decided again from the current config and credentials, so
-a revoke, a rotation, an unmapped account or `anonymous = "none"` reaches connections already open, not
-only the next handshake (issue 27 §1: no credential that no longer holds still acts)."""
+a revoke, a rotation, an unmapped account, `anonymous = "none"` or a replaced gateway or operator token
+reaches connections already open, not only the next handshake (issue 27 §1: no credential that no longer
+holds still acts). The proof a connection's asks carry (`proof_key`) is decided here too, the same way:
+an ask whose proof no longer holds is settled, and nothing it was approved for starts."""
 
 from __future__ import annotations
 
@@ -12,17 +14,35 @@ from engine.config.model import Config
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
+    from runner.gateway.tokenfiles import GatewayTokens
+
+# A proof that made a connection its agent other than a minted credential (whose own generation a revoke
+# or rotation ends): `uid:<uid>><agent>` (the agents' socket's mapping) or `anonymous>main` (the gateway
+# token alone). The `:`/`>` keep them apart from every agent id (principals.NAME_RE) in one Generations.
+_UID = "uid:"
+_ANONYMOUS = "anonymous>"
 
 
 def principal_now(
-    conn: Connection, config: Config, state_dir: Path, *, credentials: bool = True
+    conn: Connection,
+    config: Config,
+    state_dir: Path,
+    *,
+    credentials: bool = True,
+    tokens: GatewayTokens | None = None,
 ) -> str | None:
     """The agent `conn` would be if it said hello now with what it proved then; None: nobody. Reads the
     credential files (blocking: call it off the loop) unless `credentials` is False (the config's part
-    only, checked on the loop before each request after a config reload). The handshake decides the same
-    way (server.py)."""
+    only, checked on the loop before each request after a config reload). `tokens`: the gateway and
+    operator tokens' files, checked by their stat identity (cheap). The handshake decides the same way
+    (server.py, handshake.py)."""
+    if not conn.other_account and tokens is not None:
+        if not tokens.gateway.matches(conn.proved_token):
+            return None  # gateway.json was replaced: the token it proved opens nothing now
+        if conn.operator and not tokens.operator.matches(conn.proved_operator):
+            return None  # operator.json was replaced: the leaked one is nobody's
     if conn.operator:
-        return conn.agent  # proved the operator token, which no agent verb changes
+        return conn.agent
     if conn.other_account:
         return config.agent_for_uid(conn.peer_uid)  # its Unix account is its credential
     if conn.presented:
@@ -32,8 +52,32 @@ def principal_now(
     return principals.MAIN_AGENT
 
 
-def stale(conns: list[Connection], config: Config, state_dir: Path) -> list[Connection]:
+def stale(
+    conns: list[Connection], config: Config, state_dir: Path, tokens: GatewayTokens | None = None
+) -> list[Connection]:
     """The connections that are no longer who they were when they said hello."""
     return [
-        conn for conn in conns if not conn.closed and principal_now(conn, config, state_dir) != conn.agent
+        conn
+        for conn in conns
+        if not conn.closed and principal_now(conn, config, state_dir, tokens=tokens) != conn.agent
     ]
+
+
+def proof_key(conn: Connection) -> str:
+    """What made `conn` its agent, as the asks it makes record it: "" for the operator (unstamped) and a
+    minted credential (its agent's generation stands for it), else the uid mapping or the anonymous rule."""
+    if conn.operator or conn.presented:
+        return ""
+    if conn.other_account:
+        return f"{_UID}{conn.peer_uid}>{conn.agent}"
+    return f"{_ANONYMOUS}{conn.agent}"
+
+
+def proof_holds(key: str, config: Config) -> bool:
+    """Whether the proof `key` still makes its agent under `config`, decided as `principal_now` does."""
+    if key.startswith(_UID):
+        uid, _, agent = key[len(_UID) :].partition(">")
+        return uid.isdigit() and config.agent_for_uid(int(uid)) == agent
+    if key.startswith(_ANONYMOUS):
+        return key[len(_ANONYMOUS) :] == principals.MAIN_AGENT and config.gateway.anonymous != "none"
+    return False

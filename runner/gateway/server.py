@@ -40,8 +40,9 @@ from runner.gateway import handshake, limits, procvisible
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
-from runner.gateway.liveprincipal import principal_now, stale
+from runner.gateway.liveprincipal import principal_now, proof_holds, stale
 from runner.gateway.services import Services
+from runner.gateway.tokenfiles import GatewayTokens
 
 log = logging.getLogger("exechost.gateway")
 
@@ -79,8 +80,10 @@ class GatewayServer:
         self._server: asyncio.AbstractServer | None = None
         self._lock_fd: int | None = None
         self._stopped = asyncio.Event()
-        self._token = ""
-        self._operator = ""
+        # gateway.json and operator.json as they are now: looked at (stat) at every handshake, request and
+        # recheck, so a replaced token stops at once and its live holders are dropped (tokenfiles).
+        self._tokens = GatewayTokens(self.state_dir)
+        self._tokens_seen = 0  # the tokens' generation the last recheck was started for
         # By (which socket, peer uid): connections not yet authenticated. Per socket too: every host command
         # runs as the gateway's uid and can reach the agents' socket (its dir is read-only in the host view,
         # the socket reachable), so its silent connections there must not take the main socket's slots,
@@ -144,8 +147,12 @@ class GatewayServer:
         self._take_lock()
         try:
             self._check_stale_socket()
-            self._token = ensure_token(self.state_dir)
-            self._operator = ensure_token(self.state_dir, OPERATOR_TOKEN_NAME)
+            ensure_token(self.state_dir)  # made on first start; read at each handshake from then on
+            ensure_token(self.state_dir, OPERATOR_TOKEN_NAME)
+            self._tokens_seen = self._tokens.generation()
+            # A stamped proof is decided again at each point of use against the config now (liveprincipal),
+            # the restored asks' included.
+            self.services.approvals.generations.holds = lambda key: proof_holds(key, self.services.config())
             await self.services.start()
             self._loop = asyncio.get_running_loop()
             self.services.live_config.on_change = self.config_changed
@@ -307,6 +314,8 @@ class GatewayServer:
                     await handshake.reject(writer, "auth", f"peer uid {uid} {why}")
                     return
             who = None if hello is None else await self._principal(writer, hello, mapped)
+            if hello is not None and not other_account:
+                self._tokens_now()  # its look may have found a replaced token: the old one's holders go
             if hello and who and await self._revoked_meanwhile(hello, who, revocations):
                 await handshake.reject(writer, "auth", "invalid or revoked agent credential")
                 who = None
@@ -336,6 +345,7 @@ class GatewayServer:
         conn.peer_uid = uid
         conn.other_account = other_account
         conn.config_generation = self.services.live_config.generation
+        conn.tokens_generation = self._tokens.seen()  # what the handshake just checked its tokens against
         if not conn.operator:
             conn.peers = self._agent_conns.setdefault(conn.agent, set())
             conn.peers.add(conn)
@@ -364,11 +374,19 @@ class GatewayServer:
             writer,
             hello,
             mapped,
-            token=self._token,
-            operator=self._operator,
+            tokens=self._tokens,
             state_dir=self.state_dir,
             anonymous=lambda: self.services.config().gateway.anonymous,
         )
+
+    def _tokens_now(self) -> int:
+        """The tokens' generation, looked at now; a change starts a recheck, which drops the live holders
+        of a replaced token (an idle console hears no request to be refused at)."""
+        now = self._tokens.generation()
+        if now != self._tokens_seen:
+            self._tokens_seen = now
+            self._spawn_recheck()
+        return now
 
     async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:
         """A revoke of this credential runs, or one ran while it was being looked up and took it. Looked at
@@ -388,24 +406,31 @@ class GatewayServer:
     async def recheck(self) -> list[str]:
         """Decide every live connection's principal again from the current config and credentials
         (liveprincipal.principal_now) and close those that are no longer who they were (a revoked or
-        re-minted credential, an unmapped account, `anonymous = "none"`); returns their agents."""
+        re-minted credential, an unmapped account, `anonymous = "none"`, a replaced gateway or operator
+        token); returns their agents. The proofs asks were made under that no longer hold (an unmapped
+        account, `anonymous = "none"`) are ended first: those asks are settled as denied, and what was
+        approved under them never starts (engine.approvals.generations)."""
         config = self.services.config()
+        self.services.approvals.end_proofs(lambda key: proof_holds(key, config))
         conns = list(self.connections)
-        gone = await asyncio.to_thread(stale, conns, config, self.state_dir)
+        gone = await asyncio.to_thread(stale, conns, config, self.state_dir, self._tokens)
         await self._drop(gone)
         return [conn.agent for conn in gone]
 
     def _still_configured(self, conn: Connection) -> bool:
-        """Before a request is acted upon: when the config changed since this connection's principal was
-        decided, decide its config part again (the uid mapping, `anonymous`) on the loop, so the request
-        that made the gateway reload its config is not acted upon under the old one either."""
+        """Before a request is acted upon: when the config or the gateway or operator token changed since
+        this connection's principal was decided, decide those parts again (the uid mapping, `anonymous`,
+        the tokens it proved) on the loop, so the request that made the gateway reload its config is not
+        acted upon under the old one either, nor a request on a replaced token."""
         live = self.services.live_config
         config = live.get()
-        if conn.config_generation == live.generation:
+        tokens = self._tokens_now() if not conn.other_account else conn.tokens_generation
+        if conn.config_generation == live.generation and conn.tokens_generation == tokens:
             return True
-        if principal_now(conn, config, self.state_dir, credentials=False) != conn.agent:
+        now = principal_now(conn, config, self.state_dir, credentials=False, tokens=self._tokens)
+        if now != conn.agent:
             return False
-        conn.config_generation = live.generation
+        conn.config_generation, conn.tokens_generation = live.generation, tokens
         return True
 
     def config_changed(self) -> None:

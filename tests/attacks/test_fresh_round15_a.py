@@ -115,13 +115,6 @@ async def test_class2_a_reused_session_id_is_read_as_another_agents_approved_run
 # ---- the operator's own token: replaced on disk, the old one still holds -------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the gateway reads gateway.json and operator.json once, at its start (server.py "
-    "`_token`/`_operator`), while agent credentials are read at every handshake and re-decided live; "
-    "an operator who replaces a leaked operator.json is refused with the new token, and the leaked one "
-    "keeps the operator role (new connections and live ones, `agents.refresh` included) until a restart.",
-)
 async def test_class1_a_replaced_operator_token_still_opens_the_operator_role(state_dir: Path) -> None:
     write_config(state_dir, OPS)
     async with gateway(state_dir):
@@ -191,13 +184,6 @@ def _settled(server: Any, run: dict[str, Any] | None) -> bool:
 # ---- a principal cut off by the config: what it asked before still runs as it ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='open: `anonymous = "none"` cuts off the gateway-token-only connections (liveprincipal), but '
-    "what such a connection asked stays in the inbox as agent main's and runs when approved: no "
-    "generation is bumped and no ask is settled when a principal stops being one by a config change "
-    "(only a revoke or rotation settles asks), so the operator's approval runs the nobody's command.",
-)
 async def test_class1_an_ask_of_a_connection_the_config_cut_off_runs_when_approved(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -266,14 +252,6 @@ async def _account_peer(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another Unix account")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: removing an account's `[[agents.list]]` mapping cuts its connections off "
-    "(liveprincipal), but what that account asked as the agent stays pending as the agent's and runs "
-    "when approved, live or restored by the next gateway (its journal keeps no proof to re-check, only "
-    "a credential digest, empty for an account); a rotation settles the old credential's asks, an "
-    "unmapping settles nothing.",
-)
 @pytest.mark.parametrize("restart", [False, True], ids=["live", "restarted"])
 async def test_class1_an_unmapped_accounts_ask_still_runs_as_its_old_agent(
     state_dir: Path, restart: bool

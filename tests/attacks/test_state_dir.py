@@ -76,13 +76,15 @@ async def test_agent_connections_cannot_broaden_or_approve(state_dir: Path, tmp_
 
 
 async def test_a_wrong_operator_token_is_refused(state_dir: Path) -> None:
-    from engine.protocol.client import ControlClient
-    from engine.protocol.frames import OPERATOR_TOKEN_NAME, GatewayUnavailable
+    from tests.attacks.rawclient import RawClient
 
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir):
-        (state_dir / OPERATOR_TOKEN_NAME).write_text(
-            '{"version": 1, "token": "forged-forged-forged-forged"}\n'
-        )
-        with pytest.raises((GatewayUnavailable, ExecHostError)):
-            await ControlClient.connect(state_dir, client="x", autostart=False, operator=True)
+        # Presented, not written: operator.json is read at every handshake (fix15ops), so whoever writes
+        # it (the operator's account, the only one that can) sets the operator token, as a rotation does.
+        raw, first = await RawClient.open(state_dir, operator="forged-forged-forged-forged")
+        raw.close()
+        assert first["type"] == "error" and first["code"] == "auth", first
+        operator = await connect(state_dir, "op")  # the token the file holds still opens the role
+        assert "approvals" in await operator.request("approvals.pending")
+        await operator.close()

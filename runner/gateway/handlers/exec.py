@@ -12,6 +12,7 @@ from engine.protocol.methods import EventName
 from engine.protocol.requests import ExecRequest
 from engine.tools.exec import ExecContext
 from runner.gateway.handlers.common import agent_id, check_sandbox_tool, session_key
+from runner.gateway.liveprincipal import proof_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -45,9 +46,15 @@ async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict
         on_waiting=waiting,
     )
     # What this call sets going acts under that stamp, checked at each point of use (engine.approvals.
-    # generations): a spawn, a sandbox's egress listener, the host runs' namespace, an ask.
+    # generations): a spawn, a sandbox's egress listener, the host runs' namespace, an ask. With it, the
+    # proof that made this connection the agent when not a credential (a uid mapping, the gateway token
+    # alone): a config change that cuts it off ends what this call asked, as a revoke would.
     owner = services.approvals.generations
-    token = generations.authorize(None if ctx.generation is None else Stamp(agent, ctx.generation, owner))
+    stamp = None
+    if ctx.generation is not None:
+        proof = proof_key(conn)
+        stamp = Stamp(agent, ctx.generation, owner, proof, owner.proof(proof, agent) if proof else 0)
+    token = generations.authorize(stamp)
     try:
         result = await services.exec_tool.run(req, ctx)
     finally:
