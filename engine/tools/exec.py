@@ -230,6 +230,7 @@ class ExecTool:
             grants=self.grants if use_grants else None,
             workdir=call.workdir or call.default_workdir,
             owner=ctx.owner,
+            operator=ctx.operator,
         )
         try:
             # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
@@ -389,7 +390,7 @@ class ExecTool:
         every security level, unless the operator set hostView = "none"."""
         if prepared.host != "gateway" or self._config().exec_for(ctx.agent_id).host_view == "none":
             return False
-        outside = host_outside(self._config(), ctx.agent_id, prepared.cwd, ctx.owner)
+        outside = host_outside(self._config(), ctx.agent_id, prepared.cwd, ctx.owner, operator=ctx.operator)
         refuse_hidden_cwd(prepared.cwd, str(state_dir()), outside)
         note = workdir_note(str(state_dir()), outside)
         if note is not None and note not in prepared.warnings:

@@ -42,6 +42,7 @@ async def check(services: Services, conn: Connection, req: PolicyCheck) -> dict[
             store=services.store,
             grants=services.grants,
             workdir=req.cwd,
+            operator=conn.operator,  # the operator's own places, as its exec's (hostprivate.space)
         ),
         conn.fair_key,
     )
