@@ -106,7 +106,8 @@ def decide(
     `call` is the per-call policy (a request's `policy_params()`), `env` the env the agent sets; `workdir`
     is the workdir (exec's `workdir` or `defaultWorkdir`, `policy check`'s `cwd`). `grants=None` decides
     without live grants. `owner` keys the host resources the run's view uses (ExecContext.owner), the
-    operator's own for an `operator` call (its agent is its policy only: engine.commands.hostprivate.space).
+    operator's own for an `operator` call naming no agent (ExecContext.operators_own: the agent is its
+    policy only, engine.commands.hostprivate.space).
     """
     env = call_env(env)
     call = dict(call)
@@ -130,7 +131,7 @@ def decide(
             env_overrides=env,
             grants=live,
             # globs list what the view shows
-            outside=lambda: host_outside(config, agent_id, cwd, owner, operator=operator),
+            outside=lambda: host_outside(config, agent_id, cwd, owner, own=operator),
             owner=owner,  # the private dirs its paths are read in: the run's own (ExecContext.owner)
             operator=operator,
         )

@@ -47,6 +47,7 @@ def host_outside(
     owner: str | None = None,
     *,
     operator: bool = False,
+    own: bool = False,
 ) -> Outside:
     """What the gateway holds outside the state dir, for the host view: every node's login credentials
     (its identityFile, its identityAgent's socket: engine.config.nodekeys) and the Docker engine's sockets
@@ -59,7 +60,8 @@ def host_outside(
     sandbox files); the agent's own /tmp, /var/tmp, /dev/shm, runtime dir (engine.commands.hostprivate),
     with `workdir` named as the run sees it when it is in one of them. The private dirs and the pids
     cgroup are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or agent_id's;
-    an `operator` call's runs join the operator's own pids cgroup (_join_tasks)."""
+    an `operator` call's runs join the operator's own pids cgroup (_join_tasks), and one naming no agent
+    (`own`: ExecContext.operators_own) has the operator's own private dirs and network namespace."""
     keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
@@ -70,7 +72,7 @@ def host_outside(
     sock = config.gateway.agent_socket
     # The operator's own call names an agent for its policy only: its runs' places are the operator's
     # (fresh round 15 b: its /tmp files were that agent's to read, its loopback that agent's servers').
-    space = hostprivate.space(owner or agent_id, operator=operator)
+    space = hostprivate.space(owner or agent_id, operator=own)
     private = hostprivate.binds(
         str(state_dir()), space, hostprivate.dests(config.exec_for(agent_id).host_private)
     )
