@@ -11,6 +11,13 @@ inside a hostWritable dir, which is shown as it is); never one that is `/`, hold
 state dir, or holds what every run needs (the PATH and import dirs, the helper) or one of the agent's
 own hostWritable dirs (a cover would hide them). The record is read per view from a cache keyed by its
 directory's stat, each named dir lstat'ed per view (covered only while it is a directory).
+
+Every exechost service that keeps state records its state dir here, not only a gateway (fresh round 15
+b): a node service records its own at start, and a gateway records the state dir a node of this account
+on this machine names in its hello (`place`: a node started with another HOME records elsewhere). Every
+sandbox workspace root ever used is recorded too (`w-` entries, by engine.sandbox.wsfs.ensure): a root
+the config no longer names still holds every agent's workspaces, and is covered as the config's are (in
+the home too).
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from collections.abc import Iterable
 from engine.commands.hostoutside import inside
 
 NAME = ".exechost-gateways"
-_cache: dict[str, tuple[tuple[int, int, int], tuple[str, ...]]] = {}
+ROOT_PREFIX = "w-"  # an entry naming a sandbox workspace root, not a state dir
+_cache: dict[str, tuple[tuple[int, int, int], tuple[str, ...], tuple[str, ...]]] = {}
 _judged: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
 _lock = threading.Lock()
 
@@ -34,7 +42,32 @@ def record_dir(home: str) -> str:
     return os.path.join(home, NAME)
 
 
-def record(home: str, state: str) -> None:
+def place() -> str:
+    """This account on this machine, as a node's hello names it (never a secret: a node says where its
+    state dir is only to a gateway that can tell it is on the same machine as the same account); "" when
+    the machine has no id."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            ident = f.read(256).strip()
+            if ident:
+                return hashlib.sha256(b"exechost-place\0%s\0%d" % (ident, os.geteuid())).hexdigest()[:32]
+    return ""
+
+
+_roots_done: set[tuple[str, str]] = set()
+
+
+def record_root(home: str, root: str) -> None:
+    """Record a sandbox workspace root in use (once per process and root): covered in every view after,
+    whatever the config names then."""
+    key = (home, os.path.realpath(root))
+    if key in _roots_done:
+        return
+    record(home, root, prefix=ROOT_PREFIX)
+    _roots_done.add(key)
+
+
+def record(home: str, state: str, *, prefix: str = "") -> None:
     """Record `state` (resolved) for every view of this account; best effort (a home this account cannot
     write keeps no record, and its views cover only their own), never through a link."""
     real = os.path.realpath(state)
@@ -45,7 +78,7 @@ def record(home: str, state: str) -> None:
         st = os.lstat(where)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             return  # a link or another's: not the record
-        name = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
+        name = prefix + hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
         path = os.path.join(where, name)
         if os.path.lexists(path):
             return
@@ -60,19 +93,29 @@ def record(home: str, state: str) -> None:
 
 def recorded(home: str) -> tuple[str, ...]:
     """Every state dir recorded for this account (resolved paths, present or not)."""
+    return _read(home)[0]
+
+
+def recorded_roots(home: str) -> tuple[str, ...]:
+    """Every sandbox workspace root recorded for this account (resolved paths, present or not)."""
+    return _read(home)[1]
+
+
+def _read(home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     where = record_dir(home)
     try:
         st = os.lstat(where)
     except OSError:
-        return ()
+        return (), ()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        return ()
+        return (), ()
     key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     with _lock:
         cached = _cache.get(where)
         if cached is not None and cached[0] == key:
-            return cached[1]
+            return cached[1], cached[2]
     found: list[str] = []
+    roots: list[str] = []
     with contextlib.suppress(OSError), os.scandir(where) as entries:
         for entry in entries:
             if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
@@ -84,10 +127,10 @@ def recorded(home: str) -> tuple[str, ...]:
                 finally:
                     os.close(fd)
                 if text.startswith(os.sep):
-                    found.append(text)
-    result = tuple(sorted(set(found)))
+                    (roots if entry.name.startswith(ROOT_PREFIX) else found).append(text)
+    result = tuple(sorted(set(found))), tuple(sorted(set(roots)))
     with _lock:
-        _cache[where] = (key, result)
+        _cache[where] = (key, *result)
     return result
 
 
@@ -99,6 +142,30 @@ def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
     wanted = tuple(needed)
     paths = recorded(home)
     key = (home, state, wanted, paths)
+    with _lock:
+        kept = _judged.get(key)
+    if kept is None:
+        kept = _judge(home, state, wanted, paths)
+        with _lock:
+            if len(_judged) > 64:
+                _judged.clear()
+            _judged[key] = kept
+    out: list[str] = []
+    for path in kept:
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                out.append(path)
+    return tuple(out)
+
+
+def old_roots(home: str, state: str, needed: Iterable[str], named: Iterable[str]) -> tuple[str, ...]:
+    """The recorded workspace roots a view of `state` covers besides the `named` ones (the config's now):
+    present directories, judged as the other state dirs are (others)."""
+    wanted, shown = tuple(needed), {os.path.realpath(n) for n in named}
+    paths = tuple(p for p in recorded_roots(home) if p not in shown)
+    if not paths:
+        return ()
+    key = (home, "\0roots\0" + state, wanted, paths)
     with _lock:
         kept = _judged.get(key)
     if kept is None:

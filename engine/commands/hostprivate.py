@@ -21,6 +21,16 @@ DEFAULT = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/run/screen", "$XDG_RUN
 DEFAULT_ENV = "EXECHOST_HOST_PRIVATE"
 ROOT = "hostprivate"  # under the state dir: one directory per agent, one per private dir in it
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# The key of the operator's own host runs' private dirs (fresh round 15 b): its `exec` names an agent for
+# policy only, and a run keyed by that agent left its /tmp files in the agent's copy. No agent id starts
+# with `_` (engine.principals.valid_name), and a node's keys hold a `/`: it is nobody else's.
+OPERATOR = "_operator"
+
+
+def space(owner: str, *, operator: bool = False) -> str:
+    """Whose private dirs a run gets: the operator's own for the operator's call, else `owner`'s (the
+    agent, or a shared node's gateway's agent: ExecContext.owner)."""
+    return OPERATOR if operator else owner
 
 
 def dests(configured: Iterable[str] | None, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:

@@ -46,6 +46,10 @@ class Hello:
     # This node process, new each time it starts: a run in flight when a link dropped can be asked about
     # only of the process that received it, and event numbers (`seq`) count within one process.
     instance: str = ""
+    # Where this node keeps its state and whose machine account it is (engine.commands.gatewaydirs.place):
+    # a gateway of the same account on the same machine covers that state dir in its host views.
+    state_dir: str = ""
+    place: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +63,8 @@ class Hello:
             "pathEnv": self.path_env,
             "mode": self.mode,
             "instance": self.instance,
+            "stateDir": self.state_dir,
+            "place": self.place,
         }
 
     @classmethod
@@ -74,6 +80,8 @@ class Hello:
                 protocol=_int(d, "protocol"),
                 mode="service" if d.get("mode") == "service" else "stdio",
                 instance=str(d.get("instance") or "")[:128],
+                state_dir=str(d.get("stateDir") or "")[:4096],
+                place=str(d.get("place") or "")[:64],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"bad hello: {exc}") from None

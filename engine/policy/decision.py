@@ -159,6 +159,7 @@ def evaluate(
     grants: Sequence[AllowlistEntry] = (),
     outside: Callable[[], Outside] | None = None,
     owner: str | None = None,
+    operator: bool = False,
 ) -> Decision:
     """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
@@ -209,7 +210,7 @@ def evaluate(
         cwd or os.getcwd(),
         env,
         env_overrides,
-        private_binds(config, agent_id, owner) if on_host else (),
+        private_binds(config, agent_id, owner, operator=operator) if on_host else (),
     )
     if expansion is not None:
         _decide_expanded(found, expansion)
@@ -724,10 +725,14 @@ def programs(result: AllowlistResult) -> list[str]:
     return found
 
 
-def private_binds(config: Config, agent_id: str, owner: str | None = None) -> tuple[tuple[str, str], ...]:
+def private_binds(
+    config: Config, agent_id: str, owner: str | None = None, *, operator: bool = False
+) -> tuple[tuple[str, str], ...]:
     """The agent's private dirs in its host runs' view (engine.commands.hostprivate), as (source,
-    destination), `owner`'s copy when given (ExecContext.owner); none without a host view."""
+    destination), `owner`'s copy when given (ExecContext.owner), the operator's own for an `operator`
+    call (the agent is its policy only); none without a host view."""
     own = config.exec_for(agent_id)
     if own.host_view == "none":
         return ()
-    return hostprivate.binds(str(state_dir()), owner or agent_id, hostprivate.dests(own.host_private))
+    key = hostprivate.space(owner or agent_id, operator=operator)
+    return hostprivate.binds(str(state_dir()), key, hostprivate.dests(own.host_private))

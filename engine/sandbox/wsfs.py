@@ -32,6 +32,8 @@ import stat
 import struct
 import subprocess
 
+from engine.commands import gatewaydirs
+from engine.commands.hostoutside import home_dir
 from engine.sandbox import beneath, wsbudget
 from engine.sandbox.workspace import WorkspaceError, open_workspace
 from engine.sandbox.wsbudget import Budget
@@ -81,6 +83,8 @@ def ensure(root: str, path: str, budget: Budget | None = None) -> bool:
     never replaced by an empty dir). `budget`: whose it is (engine.sandbox.wsbudget): a new one is made
     within what its owner's budget has left (WorkspaceBudgetError: nothing is), an image from before owners
     were recorded becomes theirs; None (the shared scope's, a pool spare's): nobody's, its cap alone."""
+    # every host view covers each root ever used, not only the config's now (fresh round 15 b)
+    gatewaydirs.record_root(home_dir(), root)
     ws = open_workspace(root, path)
     try:
         if not enabled():

@@ -63,7 +63,13 @@ def checked_workdir(raw: Any, warnings: list[str]) -> str:
 
 
 def _private_workdir(
-    config: Config, agent_id: str, workdir: str | None, decision: Decision, owner: str | None = None
+    config: Config,
+    agent_id: str,
+    workdir: str | None,
+    decision: Decision,
+    owner: str | None = None,
+    *,
+    operator: bool = False,
 ) -> tuple[str, list[str]] | None:
     """A gateway-host run's workdir in a private dir (engine.commands.hostprivate) is in the agent's own
     copy, never the host's: that copy's path here (the view names it as asked), with the $HOME fallback
@@ -71,7 +77,7 @@ def _private_workdir(
     policy = decision.policy
     if not workdir or policy is None or policy.sandboxed or policy.host == "node":
         return None
-    source = private_source(config, agent_id, workdir, owner)
+    source = private_source(config, agent_id, workdir, owner, operator=operator)
     if source is None:
         return None
     if os.path.isdir(source):
@@ -93,12 +99,15 @@ def decide(
     grants: GrantStore | None,
     workdir: str | None = None,
     owner: str | None = None,
+    operator: bool = False,
 ) -> Decided:
     """Decide `command` as exec will run it (blocking: reads files; call it off the event loop).
 
     `call` is the per-call policy (a request's `policy_params()`), `env` the env the agent sets; `workdir`
     is the workdir (exec's `workdir` or `defaultWorkdir`, `policy check`'s `cwd`). `grants=None` decides
-    without live grants. `owner` keys the host resources the run's view uses (ExecContext.owner).
+    without live grants. `owner` keys the host resources the run's view uses (ExecContext.owner), the
+    operator's own for an `operator` call naming no agent (ExecContext.operators_own: the agent is its
+    policy only, engine.commands.hostprivate.space).
     """
     env = call_env(env)
     call = dict(call)
@@ -121,14 +130,16 @@ def decide(
             session_key=session_key or None,
             env_overrides=env,
             grants=live,
-            outside=lambda: host_outside(config, agent_id, cwd, owner),  # globs list what the view shows
+            # globs list what the view shows
+            outside=lambda: host_outside(config, agent_id, cwd, owner, own=operator),
             owner=owner,  # the private dirs its paths are read in: the run's own (ExecContext.owner)
+            operator=operator,
         )
         return with_sandbox_refusal(decision, config, agent_id)
 
     decision = decide_in(cwd)
     shown: str | None = None
-    private = _private_workdir(config, agent_id, workdir, decision, owner)
+    private = _private_workdir(config, agent_id, workdir, decision, owner, operator=operator)
     if private is not None:
         # decided again where the run will be: in the agent's own copy of /tmp (or the like)
         cwd, cwd_warnings = private

@@ -231,6 +231,7 @@ class ExecTool:
             grants=self.grants if use_grants else None,
             workdir=call.workdir or call.default_workdir,
             owner=ctx.owner,
+            operator=ctx.operators_own,
         )
         try:
             # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
@@ -354,6 +355,7 @@ class ExecTool:
                 agent_id=ctx.agent_id,
                 owner=ctx.owner,
                 operator=ctx.operator,
+                own=ctx.operators_own,
             )
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
             # The cwd checked against the decided directory in the view itself when it can (the fd then
@@ -393,7 +395,14 @@ class ExecTool:
         every security level, unless the operator set hostView = "none"."""
         if prepared.host != "gateway" or self._config().exec_for(ctx.agent_id).host_view == "none":
             return False
-        outside = host_outside(self._config(), ctx.agent_id, prepared.cwd, ctx.owner)
+        outside = host_outside(
+            self._config(),
+            ctx.agent_id,
+            prepared.cwd,
+            ctx.owner,
+            operator=ctx.operator,
+            own=ctx.operators_own,
+        )
         refuse_hidden_cwd(prepared.cwd, str(state_dir()), outside)
         note = workdir_note(str(state_dir()), outside)
         if note is not None and note not in prepared.warnings:
@@ -410,6 +419,7 @@ class ExecTool:
         agent_id: str = "main",
         owner: str | None = None,
         operator: bool = False,
+        own: bool = False,
     ) -> PinnedView:
         """The private view the run starts in: the state dir hidden and the trusted configs read-only
         (`host`), git pointed at the repository vetted, every file a host tool or a script takes code
@@ -422,7 +432,7 @@ class ExecTool:
             # once its keeper is up (made in a thread: bwrap runs then)
             if not host:
                 return PinnedView()
-            outside = host_outside(self._config(), agent_id, prepared.cwd, owner, operator=operator)
+            outside = host_outside(self._config(), agent_id, prepared.cwd, owner, operator=operator, own=own)
             kept = kept_host_view(outside)
             if kept is not None:
                 return kept
@@ -430,7 +440,7 @@ class ExecTool:
                 fairpool.blocking, functools.partial(pinned_view, None, host=True, outside=outside)
             )
         outside = (
-            host_outside(self._config(), agent_id, prepared.cwd, owner, operator=operator)
+            host_outside(self._config(), agent_id, prepared.cwd, owner, operator=operator, own=own)
             if host
             else NOTHING_OUTSIDE
         )

@@ -75,6 +75,7 @@ def resume_data(prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> dict
         **({"proof": proof} if (proof := _proof(ctx)) else {}),
         # the operator's own ask runs, resumed, as the operator's (its pids group); absent: not the operator's
         **({"operator": True} if ctx.operator else {}),
+        **({"operatorsOwn": True} if ctx.operators_own else {}),  # (its own places, resumed too)
     }
 
 

@@ -48,6 +48,7 @@ def host_outside(
     owner: str | None = None,
     *,
     operator: bool = False,
+    own: bool = False,
 ) -> Outside:
     """What the gateway holds outside the state dir, for the host view: every node's login credentials
     (its identityFile, its identityAgent's socket: engine.config.nodekeys) and the Docker engine's sockets
@@ -60,7 +61,8 @@ def host_outside(
     sandbox files); the agent's own /tmp, /var/tmp, /dev/shm, runtime dir (engine.commands.hostprivate),
     with `workdir` named as the run sees it when it is in one of them. The private dirs and the pids
     cgroup are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or agent_id's;
-    an `operator` call's runs join the operator's own pids cgroup (_join_tasks)."""
+    an `operator` call's runs join the operator's own pids cgroup (_join_tasks), and one naming no agent
+    (`own`: ExecContext.operators_own) has the operator's own private dirs and network namespace."""
     keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
@@ -69,8 +71,11 @@ def host_outside(
     ]
     read |= {os.path.expanduser(p) for p in profiles if isinstance(p, str) and p.startswith(("/", "~"))}
     sock = config.gateway.agent_socket
+    # The operator's own call names an agent for its policy only: its runs' places are the operator's
+    # (fresh round 15 b: its /tmp files were that agent's to read, its loopback that agent's servers').
+    space = hostprivate.space(owner or agent_id, operator=own)
     private = hostprivate.binds(
-        str(state_dir()), owner or agent_id, hostprivate.dests(config.exec_for(agent_id).host_private)
+        str(state_dir()), space, hostprivate.dests(config.exec_for(agent_id).host_private)
     )
     return Outside(
         hidden=tuple(keys) + engine_sockets(),
@@ -83,21 +88,25 @@ def host_outside(
             )
         ),
         workdir=workdir,
-        covered=workspace_roots(config)
+        covered=(roots := workspace_roots(config))
         + engine_credentials()
-        + other_gateways(config.exec_for(agent_id).host_writable),
+        + other_gateways(config.exec_for(agent_id).host_writable, roots),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
         private=private,
-        # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet)
-        net_agent=owner or agent_id if config.exec_for(agent_id).host_network == hostnet.OWN else None,
+        # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet): the
+        # operator's own for its call (`hostnet._operator`, egress under the defaults' [sandbox.egress])
+        net_agent=space if config.exec_for(agent_id).host_network == hostnet.OWN else None,
         chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
 
 
-def private_source(config: Config, agent_id: str, path: str, owner: str | None = None) -> str | None:
+def private_source(
+    config: Config, agent_id: str, path: str, owner: str | None = None, *, operator: bool = False
+) -> str | None:
     """Where `path`, as a host run of the agent names it, is on the host when it is in one of the agent's
-    private dirs (engine.commands.hostprivate: its own /tmp, ...); None otherwise, or with no host view."""
-    binds = private_binds(config, agent_id, owner)
+    private dirs (engine.commands.hostprivate: its own /tmp, ...; the operator's own for its `operator`
+    call); None otherwise, or with no host view."""
+    binds = private_binds(config, agent_id, owner, operator=operator)
     return hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(path)))
 
 
@@ -142,14 +151,16 @@ def workspace_roots(config: Config) -> tuple[str, ...]:
     return tuple(sorted({os.path.abspath(os.path.expanduser(r)) for r in roots if r}))
 
 
-def other_gateways(writable: Iterable[str] = ()) -> tuple[str, ...]:
-    """Every other gateway's state dir of this account (engine.commands.gatewaydirs), covered whole as
-    the state dir is: never one holding what every run needs, nor one of the agent's own `writable`."""
+def other_gateways(writable: Iterable[str] = (), roots: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every other exechost service's state dir of this account, a gateway's or a node's, and every
+    sandbox workspace root ever used but the config's `roots` (engine.commands.gatewaydirs), covered whole
+    as the state dir is: never one holding what every run needs, nor one of the agent's own `writable`."""
     helper = hostkeeper.helper_path()
     path_dirs = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
     needed = [*path_dirs, *hosttrust.import_paths(), *([helper] if helper is not None else [])]
     needed += [os.path.abspath(os.path.expanduser(w)) for w in writable]
-    return gatewaydirs.others(home_dir(), str(state_dir()), needed)
+    home, state = home_dir(), str(state_dir())
+    return gatewaydirs.others(home, state, needed) + gatewaydirs.old_roots(home, state, needed, roots)
 
 
 def engine_sockets() -> tuple[str, ...]:

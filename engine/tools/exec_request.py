@@ -133,6 +133,10 @@ class ExecContext:
     agent_id: str = "main"
     session_key: str = ""
     operator: bool = False  # the operator's own call: no agent's quota applies (engine.sessions.quota)
+    # The operator's call naming no agent (fresh round 15 b): the agent is its policy only (main), and its
+    # runs' private dirs and network namespace are the operator's own (engine.commands.hostprivate.space).
+    # One naming an agent acts for it, in its places too (runner.gateway.handlers.common.agent_id).
+    operators_own: bool = False
     # Which of the agent's clients calls (a connection): its decisions take turns with the agent's others'.
     caller: str = ""
     # The credential the caller proved itself with (principals.credential_id), "" for none (a Unix account,

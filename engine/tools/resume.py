@@ -127,6 +127,7 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord, slot: dict[str, Any
         session_key=str(resume.get("sessionKey") or ""),
         caller_alive=lambda: False,
         operator=resume.get("operator") is True,
+        operators_own=resume.get("operatorsOwn") is True,
     )
     decision = await tool.approvals.wait(record)
     command = str(stored.get("command") or record.request.command)

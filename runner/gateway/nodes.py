@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from engine.commands import gatewaydirs, hostoutside
 from engine.jsontext import INT_MAX
 from engine.nodes.gateway_key import GatewayKey
 from engine.nodes.link import NodeError, NodeLink
@@ -149,6 +151,14 @@ class NodeHub:
             )
 
     def _on_hello(self, link: NodeLink, hello: Hello) -> None:
+        self._check_hello(link, hello)
+        if hello.place and hello.place == gatewaydirs.place() and hello.state_dir.startswith(os.sep):
+            # A node of this account on this machine: its state dir (another agent's node-run /tmp copy,
+            # its sandboxes' workspaces and control FIFOs) is covered in every host view of ours too, as
+            # another gateway's is (fresh round 15 b), wherever its HOME recorded it.
+            gatewaydirs.record(hostoutside.home_dir(), hello.state_dir)
+
+    def _check_hello(self, link: NodeLink, hello: Hello) -> None:
         """A link whose hello presents a node id that another configured node presented first (pinned in
         node-keys.json), or that another connected link holds, is refused before it is connected: nothing
         it sends is read (a node cannot pass itself off as another, whether that one is up or not)."""

@@ -18,7 +18,7 @@ from typing import Any
 from engine import statefs
 from engine.approvals.grants import GrantStore
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostoutside
+from engine.commands import gatewaydirs, hostoutside
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
 from engine.nodes import gateway_key
@@ -71,6 +71,8 @@ class NodeServer:
     def __init__(self, state_dir: Path, *, service: bool = False) -> None:
         self.state_dir = state_dir
         self.service = service
+        # every host view of this account covers this node's state dir, as a gateway's (fresh round 15 b)
+        gatewaydirs.record(hostoutside.home_dir(), str(state_dir))
         self.identity = load_or_create(state_dir)
         self.runs = RunLedger()  # the gateway's runs received here: asked about after a dropped link
         # This process (event numbers count within it; the runs it knows are the ones it received).
@@ -177,6 +179,9 @@ class NodeServer:
             path_env=os.environ.get("PATH", ""),
             mode="service" if self.service else "stdio",
             instance=self.instance,
+            # where a gateway of this account on this machine covers it (gatewaydirs: its HOME may differ)
+            state_dir=os.path.realpath(self.state_dir),
+            place=gatewaydirs.place(),
         )
 
     # -- requests from the gateway

@@ -70,13 +70,6 @@ def _found(root: Path, name: str) -> Path:
     return hits[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node service's state dir is recorded in no ~/.exechost-gateways entry (only a gateway's "
-    "is), so when the gateway's account also serves as a node with its state dir outside the home, every "
-    "host run reads it whole: another agent's node-run private /tmp copy (an allowlisted cat here), its "
-    "node sandboxes' workspaces and control dirs, node.json.",
-)
 async def test_class1_a_node_services_state_dir_is_a_host_runs(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -104,13 +97,6 @@ async def test_class1_a_node_services_state_dir_is_a_host_runs(
     assert SECRET not in read["_text"], read
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's sandboxes keep their control dirs (the supervisor's ctl FIFO, each slot's spec) "
-    "under the node's state dir, which no host view covers; a host run of the gateway's account on that "
-    "machine writes a spec and a `run` line and its code runs inside another agent's sandbox, its "
-    "workspace and egress with it.",
-)
 async def test_class1_a_host_run_drives_another_agents_node_sandbox(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -144,12 +130,6 @@ async def test_class1_a_host_run_drives_another_agents_node_sandbox(
     assert SECRET not in read["_text"], read
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the node service's state dir (outside the home, recorded nowhere) is writable by every "
-    "host run of the account: an agent rewrites the node operator's config.toml and its next node run, "
-    "which the node's own policy refused, runs.",
-)
 async def test_class1_a_host_run_lifts_the_node_operators_policy(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -203,12 +183,6 @@ async def test_class1_the_node_service_on_an_open_state_dir_still_refuses_a_host
     assert "nodeId" not in read["_text"] and "closed" in read["_text"], read
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own exec (the CLI, the console: no agent's credential) names an agent for "
-    "policy only, yet runs with that agent's private /tmp copy (and network namespace): what the operator's "
-    "command leaves in /tmp is agent main's to read.",
-)
 async def test_class1_the_operators_exec_leaves_its_tmp_files_to_agent_main(state_dir: Path) -> None:
     """The operator runs a command of its own through exechost (no agent named: main's policy). It writes
     a file in /tmp, as commands do. Agent main, on the gateway token alone, reads it from its host run."""
@@ -230,12 +204,6 @@ async def test_class1_the_operators_exec_leaves_its_tmp_files_to_agent_main(stat
     assert SECRET not in read["text"], read
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host views cover the sandbox workspace roots the config names now "
-    "(exec_host.workspace_roots); after the operator moves `workspaceRoot`, the old root still holds every "
-    "agent's workspace (they outlive their sandboxes) and is every host run's to read and write.",
-)
 async def test_class1_a_moved_workspace_root_leaves_the_old_workspaces_to_host_runs(state_dir: Path) -> None:
     """Agent ops keeps notes in its bwrap sandbox's workspace under `workspaceRoot = <old>`. The operator
     moves the root to <new> (a bigger disk) and restarts; agent main's host run reads ops's notes where

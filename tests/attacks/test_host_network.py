@@ -75,9 +75,17 @@ async def test_a_host_runs_way_out_is_the_sandboxes_egress_proxy(state_dir: Path
             operator = await connect(state_dir)
             try:
                 fetch = "curl -sS --max-time 20 -o /dev/null -w '%{{http_code}}' http://{}:{}/x; echo"
-                allowed = await operator.request("exec", {"command": fetch.format("allowed.test", site.port)})
-                refused = await operator.request("exec", {"command": fetch.format("other.test", site.port)})
-                direct = await operator.request("exec", {"command": fetch.format("127.0.0.1", site.port)})
+                # acting for main (an operator's call naming no agent has a namespace of its own)
+                main = {"agentId": "main"}
+                allowed = await operator.request(
+                    "exec", {"command": fetch.format("allowed.test", site.port), **main}
+                )
+                refused = await operator.request(
+                    "exec", {"command": fetch.format("other.test", site.port), **main}
+                )
+                direct = await operator.request(
+                    "exec", {"command": fetch.format("127.0.0.1", site.port), **main}
+                )
                 rows = await operator.request("sandbox.egress", {"agentId": "main"})
             finally:
                 await operator.close()

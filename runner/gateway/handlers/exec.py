@@ -38,6 +38,7 @@ async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict
         agent_id=agent,
         session_key=key,
         operator=conn.operator,
+        operators_own=conn.operator and not req.agent_id,
         caller=conn.fair_key,
         credential=credential_id(conn.presented) if conn.credential else "",
         # Stamped as the request is taken up, before any await: a revoke after this ends what it asks.

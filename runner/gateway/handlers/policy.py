@@ -42,6 +42,8 @@ async def check(services: Services, conn: Connection, req: PolicyCheck) -> dict[
             store=services.store,
             grants=services.grants,
             workdir=req.cwd,
+            # the operator's own places when it names no agent, as its exec's (hostprivate.space)
+            operator=conn.operator and not req.agent_id,
         ),
         conn.fair_key,
     )

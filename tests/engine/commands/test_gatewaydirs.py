@@ -66,3 +66,29 @@ def test_no_host_writable_dir_may_hold_the_record(state_dir: Path, tmp_path: Pat
     outside = hostoutside.Outside(writable=(str(home / gatewaydirs.NAME),))
     with pytest.raises(hostoutside.HostViewError, match="holds or is inside"):
         writable_roots(str(state_dir), None, outside)
+
+
+def test_every_workspace_root_ever_used_is_covered_but_the_configs_own(tmp_path: Path) -> None:
+    home, state = tmp_path / "h", tmp_path / "s"
+    old, new, gone = tmp_path / "sbx-old", tmp_path / "sbx-new", tmp_path / "sbx-gone"
+    for d in (home, state, old, new, gone):
+        d.mkdir(mode=0o700)
+    gatewaydirs.record(str(home), str(tmp_path / "other-state"))
+    assert gatewaydirs.old_roots(str(home), str(state), [], [str(new)]) == ()
+    gatewaydirs.record_root(str(home), str(old))
+    gatewaydirs.record_root(str(home), str(new))
+    gatewaydirs.record_root(str(home), str(gone))  # (the cache is keyed by the record's stat: seen)
+    gatewaydirs.record_root(str(home), str(old))  # again: one entry
+    assert gatewaydirs.recorded(str(home)) == (str(tmp_path / "other-state"),)  # roots are not state dirs
+    # the config's root now is covered as the config's; every other root ever used, besides it
+    assert gatewaydirs.old_roots(str(home), str(state), [], [str(new)]) == (str(gone), str(old))
+    assert gatewaydirs.old_roots(str(home), str(state), [str(old / "bin")], [str(new)]) == (str(gone),)
+    gone.rmdir()  # present per call
+    assert gatewaydirs.old_roots(str(home), str(state), [], [str(new)]) == (str(old),)
+    assert len([n for n in os.listdir(home / ".exechost-gateways") if n.startswith("w-")]) == 3
+
+
+def test_place_is_this_account_on_this_machine() -> None:
+    here = gatewaydirs.place()
+    assert here == gatewaydirs.place()
+    assert os.path.exists("/etc/machine-id") <= (len(here) == 32)

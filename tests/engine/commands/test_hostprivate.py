@@ -12,6 +12,7 @@ from engine.commands import hostprivate
 from engine.config.loader import ConfigError, load_config
 from tests.attacks.harness import attempt
 from tests.helpers.bwrap import needs_bwrap
+from tests.helpers.gateway import connect, gateway, write_config
 
 pytestmark = needs_bwrap
 
@@ -120,3 +121,24 @@ def test_the_accounts_runtime_dir_is_private_without_xdg_runtime_dir(monkeypatch
     assert hostprivate.dests(None, {}) == (runtime,)
     assert hostprivate.dests(["$XDG_RUNTIME_DIR"], {}) == (runtime,)
     assert hostprivate.dests([], {}) == ()
+
+
+async def test_the_operators_call_naming_no_agent_has_its_own_places(state_dir: Path) -> None:
+    """An operator's exec naming no agent is decided by main's policy in the operator's own /tmp copy
+    (hostprivate.OPERATOR); one naming main acts for main, in main's."""
+    shared = _shared()
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            own = await operator.request("exec", {"command": f"echo OWN > {shared}/f"})
+            acting = await operator.request("exec", {"command": f"cat {shared}/f", "agentId": "main"})
+            again = await operator.request("exec", {"command": f"cat {shared}/f"})
+        finally:
+            await operator.close()
+    assert own["details"]["exitCode"] == 0, own
+    assert "OWN" not in acting["text"], acting
+    assert "OWN" in again["text"], again  # kept across the operator's own runs
+    top = Path(hostprivate.agent_dir(str(state_dir), hostprivate.OPERATOR))
+    assert list(top.rglob("f")) and (top.stat().st_mode & 0o777) == 0o700
+    assert not list(Path(hostprivate.agent_dir(str(state_dir), "main")).rglob("f"))
