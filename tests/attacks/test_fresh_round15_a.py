@@ -142,12 +142,6 @@ async def test_class1_a_replaced_operator_token_still_opens_the_operator_role(st
     assert not found, found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: as operator.json, gateway.json is read once at the gateway's start: an operator who "
-    "replaces a leaked gateway token is refused with the new one, while the leaked token still opens "
-    "agent main (every agent's credential-less principal) until a restart.",
-)
 async def test_class1_a_replaced_gateway_token_still_opens_agent_main(state_dir: Path) -> None:
     write_config(state_dir, OPS)
     async with gateway(state_dir):
@@ -487,12 +481,6 @@ DIALER = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's exec (no --agent) runs in agent main's network namespace (hostnet.main), "
-    "so a server main's run left on 127.0.0.1 answers the operator's later commands (a fake database or "
-    "dev server on the port the operator's tool dials): the operator's runs have no network of their own.",
-)
 async def test_class1_the_operators_run_dials_agent_mains_loopback_server(
     state_dir: Path, tmp_path: Path
 ) -> None:

@@ -315,12 +315,6 @@ async def test_class1_a_root_gateways_bwrap_sandbox_reads_root_only_files_under_
     assert SECRET not in read["_text"], read
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host views cover this gateway's own sandbox roots; a second gateway of the account with "
-    "its `workspaceRoot` outside its state dir (/srv-like) keeps its agents' workspaces where no record "
-    "names them, so every host run of the first reads (and writes) them.",
-)
 async def test_class1_another_gateways_sandbox_workspaces_are_a_host_runs(state_dir: Path) -> None:
     """Gateway B runs beside this one, its sandboxes' workspaces under /srv-like `sbx-b`. B's agent keeps
     notes in its bwrap sandbox; agent main of this gateway, allowed only `cat`, reads them."""
