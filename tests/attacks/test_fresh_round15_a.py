@@ -671,3 +671,34 @@ async def test_class1_a_run_of_a_connection_the_config_cut_off_keeps_its_egress(
             await operator.close()
     said = str(log.get("text"))
     assert "code=200" not in said, f"the cut-off connection's run still egresses: {said!r}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a credential file removed on disk by hand is caught live by `agents.refresh` (as the "
+    "docs advise), which drops its connections but settles nothing: the removed credential's pending "
+    "ask still runs as ops when approved, where the revoke verb or a restart (`revoke_record`) denies it.",
+)
+async def test_class1_an_ask_of_a_credential_removed_on_disk_runs_after_a_refresh(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    write_config(state_dir, OPS)
+    token = principals.mint(state_dir, "ops")
+    proof = tmp_path / "ran"
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "op")
+        await operator.request("approvals.attach")
+        ops = await _agent(state_dir, token)
+        call = asyncio.ensure_future(
+            ops.request("exec", {"command": f"sh -c 'echo ran > {proof}'", "background": True})
+        )
+        await wait_until(lambda: len(server.services.approvals.pending()) == 1)
+        ask = server.services.approvals.pending()[0]
+        (principals.agents_dir(state_dir) / "ops.json").unlink()  # the credential is gone from disk
+        dropped = (await operator.request("agents.refresh"))["dropped"]
+        assert dropped == ["ops"]
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(call, 5)
+        await _approve_if_pending(server, operator, ask.id)
+        await operator.close()
+    assert not proof.exists(), f"the removed credential's ask ran as ops after approval ({ask.slug})"
