@@ -414,6 +414,11 @@ class GatewayServer:
         self.services.approvals.end_proofs(lambda key: proof_holds(key, config))
         conns = list(self.connections)
         gone = await asyncio.to_thread(stale, conns, config, self.state_dir, self._tokens)
+        # A credential no longer on disk as presented (removed or re-minted by hand) ends as a rotation
+        # ends it: what was asked with it is settled, its runs in flight ask and reach out no more.
+        ended = {(conn.credential, conn.presented) for conn in gone if conn.credential and conn.presented}
+        for agent, presented in ended:
+            self.services.approvals.revoke_credential(agent, principals.credential_id(presented))
         await self._drop(gone)
         return [conn.agent for conn in gone]
 

@@ -673,12 +673,6 @@ async def test_class1_a_run_of_a_connection_the_config_cut_off_keeps_its_egress(
     assert "code=200" not in said, f"the cut-off connection's run still egresses: {said!r}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a credential file removed on disk by hand is caught live by `agents.refresh` (as the "
-    "docs advise), which drops its connections but settles nothing: the removed credential's pending "
-    "ask still runs as ops when approved, where the revoke verb or a restart (`revoke_record`) denies it.",
-)
 async def test_class1_an_ask_of_a_credential_removed_on_disk_runs_after_a_refresh(
     state_dir: Path, tmp_path: Path
 ) -> None:
