@@ -45,6 +45,9 @@ class FairPool:
     async def run(self, principal: str, call: Callable[[], T], caller: str = "") -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        # In the caller's context, as asyncio.to_thread runs it: what the call acts under (the request's
+        # credential stamp, engine.approvals.generations) reaches its points of use in the worker too.
+        call = functools.partial(contextvars.copy_context().run, call)
         with self._cond:
             self._queues.setdefault(principal, {}).setdefault(caller, deque()).append((call, future, loop))
             if not self._wake() and self._threads < self.workers:

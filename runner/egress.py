@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from engine.approvals import generations
 from engine.approvals.decisions import DECISIONS
+from engine.approvals.generations import Stamp
 from engine.approvals.grants import EGRESS_PREFIX, GrantStore
 from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import HISTORY_DIR, HistoryError
@@ -72,8 +73,9 @@ class EgressHub:
         self.writer = GroupWriter("egress history", self._write)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self._loop: asyncio.AbstractEventLoop | None = None
-        # A revoke or rotation ends the agent's connections at once; what its sandboxes ask later is
-        # refused by the generation each request carries (decide), with no list of listeners to chase.
+        # A revoke or rotation ends the agent's connections at once, and a proof the config cut off ends
+        # its runs' (the bump names the proof); what they ask later is refused by the generation (and the
+        # proof) each request carries (decide), with no list of listeners to chase.
         services.approvals.generations.listen(self._revoked_agent)
 
     # -- lifecycle
@@ -86,10 +88,10 @@ class EgressHub:
         self._loop = asyncio.get_running_loop()
         hostnet.EGRESS = self.host_runs  # each agent's host runs' network namespace: its way out is here
         hostnet.GENERATION = self.host_generation
-        for agent, generation in hostnet.served(str(self.services.state_dir)):  # made under an earlier hub
-            name = hostnet.egress_name(agent, generation)
+        for agent, authority in hostnet.served(str(self.services.state_dir)):  # made under an earlier hub
+            name = hostnet.egress_name(agent, authority)
             try:
-                await self.proxy.listen(name, agent, forwarder.prepare_dir(name), generation=generation)
+                await self._listen_host(name, agent, forwarder.prepare_dir(name), authority)
             except OSError as exc:
                 log.warning("egress: host runs of %s not served: %s", agent, exc)
         try:
@@ -133,10 +135,11 @@ class EgressHub:
         if not self.proxy.listening(sandbox):
             self.proxy.stop(sandbox)
 
-    def _revoked_agent(self, agent_id: str) -> None:
-        cut = self.proxy.cut(agent_id)
+    def _revoked_agent(self, key: str) -> None:
+        """A bump of `key`: an agent (revoked, rotated) or a proof the config cut off (its runs' only)."""
+        cut = self.proxy.cut(key)
         if cut:
-            log.warning("egress: %d connection(s) of revoked agent %s ended", cut, agent_id)
+            log.warning("egress: %d connection(s) of revoked agent or cut-off proof %s ended", cut, key)
 
     async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> None:
         """Serve `sandbox` as `agent_id` under its credential generation now (a run of the agent's is making
@@ -146,35 +149,49 @@ class EgressHub:
         # Under the generation that authorized the run entering it (its stamp), not the one current as
         # it enters: a run taken up before a revoke that enters after it never serves the sandbox anew.
         stamp = generations.stamped()
+        proof = ("", 0)
         if shared:
             generation = None
         elif stamp is not None and stamp.agent == split_namespace(agent_id)[1]:
             generation = stamp.generation
+            proof = (stamp.proof, stamp.proof_generation)  # its caller's proof's cut refuses it too
         else:
             generation = self.services.approvals.generations.current(agent_id)
         directory = forwarder.socket_dir(sandbox)
-        await self.proxy.listen(sandbox, agent_id, directory, uid, shared, generation=generation)
+        await self.proxy.listen(sandbox, agent_id, directory, uid, shared, generation=generation, proof=proof)
 
     HOST_WAIT = 10.0  # seconds a host run's namespace waits for its listener (the loop is busy, at most)
 
-    def host_generation(self, agent_id: str) -> int | None:
-        """The credential generation of `agent_id` a host run made now is authorized under: the current
-        one, or None when the run asking carries a stamp a revoke or rotation ended (it is refused)."""
+    def host_generation(self, agent_id: str) -> hostnet.Authority | None:
+        """What a host run of `agent_id` made now is authorized under: the agent's current credential
+        generation and the proof its stamp names (at that proof's generation), or None when the run
+        asking carries a stamp a revoke, a rotation or its proof's cut ended (it is refused)."""
         stamp = generations.stamped()
-        if stamp is not None and stamp.agent == split_namespace(agent_id)[1] and stamp.stale():
+        mine = stamp is not None and stamp.agent == split_namespace(agent_id)[1]
+        if stamp is not None and mine and stamp.stale():
             return None
-        return self.services.approvals.generations.current(agent_id)
+        current = self.services.approvals.generations.current(agent_id)
+        if stamp is None or not mine or not stamp.proof:
+            return hostnet.Authority(current)
+        return hostnet.Authority(current, stamp.proof, stamp.proof_generation)
 
-    def host_runs(self, agent_id: str, generation: int | None = None) -> hostnet.Egress | None:
-        """Serve `agent_id`'s gateway-host runs of credential `generation` as a sandbox of its is served
+    async def _listen_host(
+        self, name: str, agent_id: str, directory: Path, authority: hostnet.Authority | None
+    ) -> None:
+        generation = authority.generation if authority is not None else None
+        proof = (authority.proof, authority.proof_generation) if authority is not None else ("", 0)
+        await self.proxy.listen(name, agent_id, directory, generation=generation, proof=proof)
+
+    def host_runs(self, agent_id: str, authority: hostnet.Authority | None = None) -> hostnet.Egress | None:
+        """Serve `agent_id`'s gateway-host runs of one `authority` as a sandbox of its is served
         (engine.commands.hostnet): the same proxy, its `[sandbox.egress]`, asks in the same inbox, one
-        listener per generation (a revoke or rotation cuts and refuses the older ones' at once). From a
-        worker thread (the namespace is made there); None when the forwarder cannot be had (no way out,
-        as with mode none)."""
+        listener per credential generation and proof (a revoke, a rotation or the proof's cut cuts and
+        refuses the older ones' at once). From a worker thread (the namespace is made there); None when
+        the forwarder cannot be had (no way out, as with mode none)."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return None
-        name = hostnet.egress_name(agent_id, generation)
+        name = hostnet.egress_name(agent_id, authority)
         try:
             directory = forwarder.prepare_dir(name)
             binary = forwarder.ensure_binary()
@@ -182,7 +199,7 @@ class EgressHub:
             log.warning("egress: host runs of %s have no way out: %s", agent_id, exc)
             return None
         served = asyncio.run_coroutine_threadsafe(
-            self.proxy.listen(name, agent_id, directory, generation=generation), loop
+            self._listen_host(name, agent_id, directory, authority), loop
         )
         try:
             on_loop = asyncio.get_running_loop() is loop
@@ -220,13 +237,18 @@ class EgressHub:
         return decision
 
     def _revoked(self, req: Request) -> bool:
-        return self.services.approvals.generations.stale(req.agent_id, req.generation)
+        """The request's stamp is stale: its agent's generation ended, or the proof its serving run's
+        caller was the agent by (ended at a recheck, or no longer given by the config now)."""
+        stamps = self.services.approvals.generations
+        return stamps.stale(req.agent_id, req.generation) or stamps.proof_ended(
+            req.proof, req.proof_generation, live=True
+        )
 
     @staticmethod
     def _refused(req: Request, resolve: dict[str, str], deny: tuple[Pattern, ...]) -> Decision:
         why = (
-            f"agent {req.agent_id} was revoked (or its credential rotated) since a run of it served "
-            "this sandbox"
+            f"agent {req.agent_id} was revoked (or its credential rotated, or what made its caller the "
+            "agent was cut off by the config) since a run of it served this sandbox"
         )
         return Decision(False, why, "revoke", resolve, deny)
 
@@ -277,11 +299,20 @@ class EgressHub:
             egress=target,
         )
         undo = self.bind_ask(req) if self.bind_ask is not None else None
+        # The ask records the proof its serving run's caller presented, as a command's ask does: the
+        # proof's cut settles it (ApprovalManager.end_proofs).
+        stamp = None
+        if req.generation is not None:
+            stamp = Stamp(
+                request.agent_id, req.generation, approvals.generations, req.proof, req.proof_generation
+            )
+        token = generations.authorize(stamp)
         try:
             record, _ = approvals.register(request, generation=req.generation)
         except ApprovalError as exc:
             return Decision(False, f"ask refused: {exc}", "policy", *found)
         finally:
+            generations.reset(token)
             if undo is not None:
                 undo()
         decision = await approvals.wait(record)

@@ -38,7 +38,9 @@ class Generations:
         self.holds: Callable[[str], bool] | None = None
 
     def listen(self, listener: Callable[[str], None]) -> None:
-        """`listener(agent)` after each bump: whoever holds runs of the agent settles what they wait on."""
+        """`listener(key)` after each bump: whoever holds runs of the agent settles what they wait on. `key`
+        is the agent (a revoke, a rotation) or a proof key the config cut off (`end_proofs`: only what
+        was stamped under that proof ends, e.g. the egress connections its runs hold)."""
         self._listeners.append(listener)
 
     def current(self, agent: str) -> int:
@@ -78,6 +80,8 @@ class Generations:
         for key in ended:
             agents.append(self._proofs.pop(key))
             self._of[key] = self.current(key) + 1
+            for listener in list(self._listeners):
+                listener(key)
         return agents
 
 

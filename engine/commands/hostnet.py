@@ -19,6 +19,11 @@ One namespace per credential generation, too (engine.approvals.generations): a r
 a new generation, whose runs get a namespace and an egress listener of their own, and the old listener is
 served under the old generation, so everything a run of the old credential set going (a tunnel it opened,
 a server it left, a later connect) is cut and refused by the proxy, never carried into the new one.
+
+And one per proof that made the run's caller the agent when that proof is not a credential (a uid mapping,
+the gateway token alone: the stamp's `proof`): such runs get a namespace and a listener of their own, served
+under that proof's generation too, so a config change that cuts the proof off cuts and refuses their way
+out exactly as a revoke does the credential's, and the agent's other callers keep theirs.
 """
 
 from __future__ import annotations
@@ -47,19 +52,32 @@ class Egress:
     env: dict[str, str] = field(default_factory=dict)
 
 
-# Set by the process's egress hub (runner.egress.EgressHub.start): serves `agent`'s host runs (listens on
-# the socket it names) and says how to reach it; called from a worker thread. None: no hub, no egress.
-EGRESS: Callable[[str, int | None], Egress | None] | None = None
+@dataclass(frozen=True)
+class Authority:
+    """What a host run made now is authorized under: its agent's credential generation, and the proof
+    (with its generation) that made its caller the agent when not a credential ("" for a credential)."""
 
-# Set by the same hub: the agent's credential generation a run made now is authorized under, None when
-# the run asking was authorized under one a revoke or rotation ended (it is then refused). Unset: none.
-GENERATION: Callable[[str], int | None] | None = None
+    generation: int = 0
+    proof: str = ""
+    proof_generation: int = 0
 
 
-def egress_name(agent: str, generation: int | None = None) -> str:
-    """The name the egress proxy serves an agent's host runs of one credential generation under (its
-    connections' and asks' `sandbox`); `+` is in no agent's name, so no two (agent, generation) meet."""
-    return f"hostnet.{agent}" if not generation else f"hostnet.{agent}+{generation}"
+# Set by the process's egress hub (runner.egress.EgressHub.start): serves `agent`'s host runs of one
+# authority (listens on the socket it names) and says how to reach it; called from a worker thread. None:
+# no hub, no egress.
+EGRESS: Callable[[str, Authority | None], Egress | None] | None = None
+
+# Set by the same hub: the authority a run made now is under, None when the run asking was authorized
+# under a generation a revoke, a rotation or its proof's cut ended (it is then refused). Unset: none.
+GENERATION: Callable[[str], Authority | None] | None = None
+
+
+def egress_name(agent: str, authority: Authority | None = None) -> str:
+    """The name the egress proxy serves an agent's host runs of one authority under (its connections' and
+    asks' `sandbox`); `+` and `~` are in no agent's name, so no two (agent, authority) meet."""
+    at = authority or Authority()
+    name = f"hostnet.{agent}" if not at.generation else f"hostnet.{agent}+{at.generation}"
+    return f"{name}~{at.proof}+{at.proof_generation}" if at.proof else name
 
 
 @dataclass
@@ -67,7 +85,7 @@ class Holder(nsholder.Held):
     """`exechost-hostenter netkeep`: `ns` is the agent's network namespace."""
 
     env: dict[str, str] = field(default_factory=dict)  # the proxy variables, when it has a way out
-    generation: int | None = None  # the agent's credential generation it was made for (GENERATION)
+    authority: Authority | None = None  # what it was made for (GENERATION)
 
     def words(self, helper: str) -> tuple[list[str], tuple[int, ...]] | None:
         """The words that put a run in this namespace (first of its view's), and this run's own copies of
@@ -79,7 +97,7 @@ class Holder(nsholder.Held):
         return [helper, "netns", str(fds[0]), user, "--"], fds
 
 
-_holders: dict[tuple[str, str], Holder] = {}
+_holders: dict[tuple[str, str, str], Holder] = {}  # (state, agent, proof): one per proof, too
 _lock = threading.Lock()
 
 
@@ -87,24 +105,28 @@ class Ended(Exception):
     """The run asking was authorized under a credential generation a revoke or rotation ended."""
 
 
-def _generation(agent: str) -> int | None:
+def _authority(agent: str) -> Authority | None:
     if GENERATION is None:
         return None
-    generation = GENERATION(agent)
-    if generation is None:
+    authority = GENERATION(agent)
+    if authority is None:
         raise Ended(agent)
-    return generation
+    return authority
+
+
+def _key(state: str, agent: str, authority: Authority | None) -> tuple[str, str, str]:
+    return state, agent, authority.proof if authority is not None else ""
 
 
 def current(state: str, agent: str) -> Holder | None:
     """The agent's live namespace of its current credential generation, without blocking; None when it
     must be made, or when the run asking was authorized under an ended generation (it never joins one)."""
     try:
-        generation = _generation(agent)
+        authority = _authority(agent)
     except Ended:
         return None
-    holder = _holders.get((state, agent))
-    live = holder is not None and holder.alive() and holder.generation == generation
+    holder = _holders.get(_key(state, agent, authority))
+    live = holder is not None and holder.alive() and holder.authority == authority
     return holder if live else None
 
 
@@ -114,23 +136,23 @@ def ensure(state: str, agent: str, helper: str) -> Holder | None:
     generation (the run is then refused: HostViewError, never the host's network)."""
     with _lock:
         try:
-            generation = _generation(agent)
+            authority = _authority(agent)
         except Ended:
             return None
         holder = current(state, agent)
         if holder is not None:
             return holder
-        old = _holders.pop((state, agent), None)
+        old = _holders.pop(_key(state, agent, authority), None)
         if old is not None:
             old.stop()  # (runs still in it keep it until they end; its listener refuses them: a bump)
-        holder = _start(agent, helper, generation)
+        holder = _start(agent, helper, authority)
         if holder is not None:
-            _holders[(state, agent)] = holder
+            _holders[_key(state, agent, authority)] = holder
         return holder
 
 
-def _start(agent: str, helper: str, generation: int | None) -> Holder | None:
-    way_out = EGRESS(agent, generation) if EGRESS is not None else None
+def _start(agent: str, helper: str, authority: Authority | None) -> Holder | None:
+    way_out = EGRESS(agent, authority) if EGRESS is not None else None
     fwd = [way_out.forwarder, str(way_out.port), way_out.socket] if way_out is not None else ["-", "0", "-"]
     popen = subprocess.Popen(
         [helper, "netkeep", *fwd],
@@ -146,17 +168,17 @@ def _start(agent: str, helper: str, generation: int | None) -> Holder | None:
         return None
     _pid, net, user = taken
     env = dict(way_out.env) if way_out is not None else {}
-    return Holder(popen, net, user, env=env, generation=generation)
+    return Holder(popen, net, user, env=env, authority=authority)
 
 
-def served(state: str) -> list[tuple[str, int | None]]:
-    """(agent, generation) of `state`'s live namespaces that have a way out: a hub started after them (a
+def served(state: str) -> list[tuple[str, Authority | None]]:
+    """(agent, authority) of `state`'s live namespaces that have a way out: a hub started after them (a
     gateway restarted in this process) serves them again, or their forwarder would find no proxy."""
     real = os.path.realpath(state)
     with _lock:
         return [
-            (a, h.generation)
-            for (s, a), h in _holders.items()
+            (a, h.authority)
+            for (s, a, _p), h in _holders.items()
             if os.path.realpath(s) == real and h.alive() and h.env
         ]
 

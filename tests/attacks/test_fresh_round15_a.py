@@ -630,12 +630,6 @@ def _writer(fifo: Path) -> int | None:
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a run the gateway-token-only connection started keeps its way out after `anonymous = "
-    '"none"` cut that connection off: the cut bumps no credential generation, so the host runs\' egress '
-    "listener still serves it, where a rotation's bump refuses the old credential's runs at once.",
-)
 async def test_class1_a_run_of_a_connection_the_config_cut_off_keeps_its_egress(
     state_dir: Path, tmp_path: Path
 ) -> None:

@@ -69,6 +69,10 @@ class Request:
     # The agent's credential generation its sandbox was last served under (engine.approvals.generations),
     # None for the shared sandbox (nobody's own): the decider refuses a request of an older one than now.
     generation: int | None = None
+    # The proof that made that run's caller the agent when not a credential (a uid mapping, the gateway
+    # token alone), at its generation: refused too once the config cut that proof off.
+    proof: str = ""
+    proof_generation: int = 0
 
     @property
     def tunnel(self) -> bool:
@@ -146,6 +150,8 @@ class _Listener:
     closing: int = 0
     drained: asyncio.Event = field(default_factory=asyncio.Event)  # set while closing < CLOSING_MAX
     generation: int | None = None  # its agent's credential generation when a run of its last served it
+    proof: str = ""  # and the proof that run's caller was the agent by, when not a credential
+    proof_generation: int = 0
 
 
 @dataclass(eq=False)
@@ -172,7 +178,7 @@ class EgressProxy:
         self.active = 0  # connections of every sandbox
         self.open: dict[str, int] = {}  # per principal: connections from accept to close
         self.held: dict[str, int] = {}  # per principal: connections past their head (deciding or relaying)
-        self._live: dict[str, set[_Live]] = {}  # per agent: connections past their head (for `cut`)
+        self._live: dict[str, set[_Live]] = {}  # per agent and proof: connections past their head (`cut`)
 
     def listening(self, sandbox: str) -> bool:
         known = self._listeners.get(sandbox)
@@ -186,11 +192,14 @@ class EgressProxy:
         uid: int | None = None,
         shared: bool = False,
         generation: int | None = None,
+        proof: tuple[str, int] = ("", 0),
     ) -> None:
         """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect).
         `shared`: the shared-scope sandbox, whose connections are recorded as the principal SHARED (and
         counted against one cap together), decided under `agent_id`'s settings, the global ones.
-        `generation`: the agent's credential generation this serving is under (each request carries it)."""
+        `generation`: the agent's credential generation this serving is under (each request carries it);
+        `proof`: the proof key and generation that made the serving run's caller the agent, "" when a
+        credential did (each request carries it too)."""
         known = self._listeners.get(sandbox)
         if known is not None and self.listening(sandbox):
             # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several),
@@ -201,6 +210,7 @@ class EgressProxy:
             newer = generation is not None and (known.generation is None or generation >= known.generation)
             if known.agent_id == agent_id and newer:
                 known.generation = generation
+                known.proof, known.proof_generation = proof
             return
         if known is not None:
             self.stop(sandbox)
@@ -222,7 +232,15 @@ class EgressProxy:
         task = asyncio.get_running_loop().create_task(self._accept(sandbox, sock))
         principal = SHARED if shared else agent_id
         self._listeners[sandbox] = _Listener(
-            sandbox, agent_id, principal, path, sock, task, generation=generation
+            sandbox,
+            agent_id,
+            principal,
+            path,
+            sock,
+            task,
+            generation=generation,
+            proof=proof[0],
+            proof_generation=proof[1],
         )
         self._listeners[sandbox].drained.set()
 
@@ -233,9 +251,10 @@ class EgressProxy:
             known.sock.close()
 
     def cut(self, agent_id: str) -> int:
-        """End every connection of `agent_id`'s sandboxes past its head at once (its agent was revoked): a
-        relay's sockets shut, so it ends in both directions; one still deciding or connecting is refused
-        (and answered so) before it relays a byte. The number cut."""
+        """End every connection of `agent_id`'s sandboxes past its head at once (its agent was revoked; or
+        `agent_id` is a proof key the config cut off: that proof's connections only): a relay's sockets
+        shut, so it ends in both directions; one still deciding or connecting is refused (and answered so)
+        before it relays a byte. The number cut."""
         live = self._live.get(agent_id, set())
         for entry in live:
             entry.cut = True
@@ -331,6 +350,7 @@ class EgressProxy:
                         listener.sandbox,
                         listener.principal,
                         generation=listener.generation,
+                        proof=(listener.proof, listener.proof_generation),
                     )
         finally:
             if not handed:
@@ -351,6 +371,7 @@ class EgressProxy:
         principal: str | None = None,
         *,
         generation: int | None = None,
+        proof: tuple[str, int] = ("", 0),
     ) -> None:
         """Read the request (HTTP, or SOCKS5 when its first byte says so), decide, connect, relay; always
         one record (unless the client sent nothing at all), and every refusal answered."""
@@ -404,7 +425,9 @@ class EgressProxy:
             counted = True
             if generation is not None:  # the agent's own sandbox (not the shared one): a revoke cuts it
                 self._live.setdefault(agent_id, set()).add(live)
-            request = Request(agent_id, sandbox, name, port, method, generation)
+            if proof[0]:  # and the end of the proof its serving run's caller was the agent by
+                self._live.setdefault(proof[0], set()).add(live)
+            request = Request(agent_id, sandbox, name, port, method, generation, *proof)
             decision = await self.decide(request)
             rec.rule, rec.decidedBy = decision.rule, decision.by
             if not decision.allowed:
@@ -452,11 +475,12 @@ class EgressProxy:
                 self.held[who] -= 1
                 if not self.held[who]:
                     del self.held[who]
-                mine = self._live.get(agent_id)
-                if mine is not None:
-                    mine.discard(live)
-                    if not mine:
-                        del self._live[agent_id]
+                for key in (agent_id, proof[0]):
+                    mine = self._live.get(key)
+                    if mine is not None:
+                        mine.discard(live)
+                        if not mine:
+                            del self._live[key]
             if upstream is not None:
                 upstream.close()
             if rec.name or rec.status or rec.rule:
