@@ -210,6 +210,13 @@ class StateDirRefusedError(Exception):
     gateway's files: whoever made it chose its tokens."""
 
 
+def claim(home: str, state: str) -> None:
+    """The operator's own exechost command about to write `state` (a CLI verb before the first gateway
+    start: `agents add`): record it when adopt would, never refuse (a gateway's start does)."""
+    with contextlib.suppress(StateDirRefusedError):
+        adopt(home, state, {})
+
+
 def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
     """Trust `state` as this service's state dir, recording it before anything is written in it: one in
     the home (no host run writes there), one recorded by a gateway of this account, a new one or one
