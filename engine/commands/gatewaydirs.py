@@ -179,30 +179,53 @@ def others_secrets(home: str, state: str, needed: Iterable[str]) -> tuple[tuple[
     """The files (to hide) and dirs (to cover) gateways of this account recorded as their config's
     secrets: present ones, outside `state`. A file never directly in the home, `/` or a dir holding the
     home (no view hides it there for good: that gateway's own views refuse it); a dir judged as a state
-    dir is (never `/`, the home, or one holding it or what every run needs)."""
+    dir is (never `/`, the home, one holding it or what every run needs). Judged once per (record, state,
+    needed), as `others`; presence per call."""
     found = _read(home)
-    real_home, own = os.path.realpath(home), os.path.realpath(state)
+    wanted = tuple(needed)
+    files_in, dirs_in = found.get(HIDDEN_PREFIX, ()), found.get(COVERED_PREFIX, ())
+    if not files_in and not dirs_in:
+        return (), ()
+    key = (home, "\0secrets\0" + state, wanted, (*files_in, "\0", *dirs_in))
+    with _lock:
+        kept = _judged.get(key)
+    if kept is None:
+        kept = _judge_secrets(home, state, wanted, files_in, dirs_in)
+        with _lock:
+            if len(_judged) > 64:
+                _judged.clear()
+            _judged[key] = kept
     files: list[str] = []
-    for path in found.get(HIDDEN_PREFIX, ()):
+    dirs: list[str] = []
+    for path in kept:
+        with contextlib.suppress(OSError):
+            if path.startswith("\0"):
+                if stat.S_ISDIR(os.lstat(path[1:]).st_mode):
+                    dirs.append(path[1:])
+            elif not stat.S_ISDIR(os.stat(path).st_mode):
+                files.append(path)
+    return tuple(files), tuple(dirs)
+
+
+def _judge_secrets(
+    home: str, state: str, needed: tuple[str, ...], files: tuple[str, ...], dirs: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The recorded secrets a view of `state` may hide: files as they are, dirs marked with a leading NUL."""
+    real_home, own = os.path.realpath(home), os.path.realpath(state)
+    out: list[str] = []
+    for path in files:
         where = os.path.dirname(os.path.realpath(path))
         if where in (real_home, os.sep) or inside(real_home, where) or inside(path, own):
             continue
-        with contextlib.suppress(OSError):
-            if not stat.S_ISDIR(os.stat(path).st_mode):
-                files.append(path)
+        out.append(path)
     must = [os.path.realpath(n) for n in needed]
-    dirs = [
-        p
-        for p in found.get(COVERED_PREFIX, ())
-        if p not in (own, os.sep, real_home)
-        and not inside(real_home, p)
-        and not inside(own, p)
-        and not inside(p, own)
-        and not any(inside(n, p) for n in must)
-        and os.path.isdir(p)
-        and not os.path.islink(p)
-    ]
-    return tuple(files), tuple(dirs)
+    for path in dirs:
+        if path in (own, os.sep, real_home) or inside(real_home, path) or inside(own, path):
+            continue
+        if inside(path, own) or any(inside(n, path) for n in must):
+            continue
+        out.append("\0" + path)
+    return tuple(out)
 
 
 class StateDirRefusedError(Exception):
