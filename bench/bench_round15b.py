@@ -1,8 +1,10 @@
 """What fresh round 15 b costs a host view: besides the other exechost services' state dirs (a node's now
 too: one more recorded entry each), every view reads the recorded sandbox workspace roots and lstats each
 one the config no longer names (engine.commands.gatewaydirs.old_roots); and every workspace made records
-its root once per process (gatewaydirs.record_root: a set lookup after the first). Against the same read
-of the state dirs alone (before) and a plain `sh -c true` spawn, same run. Three rounds, interleaved.
+its root once per process (gatewaydirs.record_root: a set lookup after the first); and every view hides what
+the other gateways' configs name (gatewaydirs.others_secrets: a node key, an engine's client key dir, each
+stat'ed per view). Against the same read of the state dirs alone (before) and a plain `sh -c true` spawn,
+same run. Three rounds, interleaved.
 
 Usage: .venv/bin/python -P bench/bench_round15b.py [--roots 8] [--runs 30]
 """
@@ -39,6 +41,10 @@ def main() -> None:
             (root / f"w{n}").mkdir(mode=0o700)
             gatewaydirs.record(str(home), str(root / f"g{n}"))
             gatewaydirs.record_root(str(home), str(root / f"w{n}"))
+            (root / f"k{n}").mkdir(mode=0o700)
+            (root / f"k{n}" / "id").touch(mode=0o600)
+            gatewaydirs.record_secrets(str(home), [str(root / f"k{n}" / "id")], [str(root / f"c{n}")])
+            (root / f"c{n}").mkdir(mode=0o700)
         gatewaydirs.record_root(str(home), str(now_root))
         named = [str(now_root)]
 
@@ -48,13 +54,18 @@ def main() -> None:
         def now() -> object:
             return before(), gatewaydirs.old_roots(str(home), str(state), [], named)
 
+        def secrets() -> object:
+            return gatewaydirs.others_secrets(str(home), str(state), [])
+
         assert len(now()[1]) == args.roots
+        assert tuple(map(len, gatewaydirs.others_secrets(str(home), str(state), []))) == (args.roots,) * 2
         calls = args.runs * 10
         res = interleaved(
             {
                 "plain": lambda: spawn_ms(["/bin/sh", "-c", "true"], args.runs),
                 "now": lambda: per_call_us(now, calls, 1) / 1000,
                 "before": lambda: per_call_us(before, calls, 1) / 1000,
+                "secrets": lambda: per_call_us(secrets, calls, 1) / 1000,
                 "record": lambda: (
                     per_call_us(lambda: gatewaydirs.record_root(str(home), str(now_root)), calls, 1) / 1000
                 ),
@@ -65,6 +76,13 @@ def main() -> None:
             f"recorded places read per view, {label} (vs state dirs alone, before)", res, "now", "before"
         )
         compared("  the same (vs plain `sh -c true`)", res, "now", "plain")
+        compared(
+            f"other gateways' config secrets hidden per view, {args.roots} keys and {args.roots} key dirs "
+            "(vs plain `sh -c true`)",
+            res,
+            "secrets",
+            "plain",
+        )
         compared(
             "a workspace's root recorded, per workspace ensured (vs plain `sh -c true`)",
             res,

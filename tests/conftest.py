@@ -129,6 +129,11 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = root / "h"
     state.mkdir(mode=0o700)
     home.mkdir(mode=0o700)
+    # made here as the operator would: recorded, so a gateway adopts it whatever a test writes first
+    # (engine.commands.gatewaydirs.adopt refuses an unrecorded one holding a gateway's files)
+    from engine.commands import gatewaydirs
+
+    gatewaydirs.record(str(home), str(state))
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # this test's HOME is the home host views protect

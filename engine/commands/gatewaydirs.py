@@ -18,6 +18,15 @@ on this machine names in its hello (`place`: a node started with another HOME re
 sandbox workspace root ever used is recorded too (`w-` entries, by engine.sandbox.wsfs.ensure): a root
 the config no longer names still holds every agent's workspaces, and is covered as the config's are (in
 the home too).
+
+Every gateway records what its own views hide because its config names it too (fresh round 15 b): each
+node's login key and agent socket (`h-` entries, hidden with an empty file) and the engine's client key
+dirs (`c-` entries, covered whole), the set engine.tools.exec_host.config_secrets gives its own views;
+every view hides the union, so a second gateway's node key outside the home is no host run's.
+
+A state dir outside the home is trusted only when a gateway of this account recorded it or it is made
+now (adopt): a host run cannot write the home, so it cannot forge a record, and a state dir it planted
+(holding an operator.json of its choosing) is refused at start instead of adopted (fresh round 15 b).
 """
 
 from __future__ import annotations
@@ -33,7 +42,23 @@ from engine.commands.hostoutside import inside
 
 NAME = ".exechost-gateways"
 ROOT_PREFIX = "w-"  # an entry naming a sandbox workspace root, not a state dir
-_cache: dict[str, tuple[tuple[int, int, int], tuple[str, ...], tuple[str, ...]]] = {}
+HIDDEN_PREFIX = "h-"  # a file a gateway's config names (a node's key, an agent socket): hidden
+COVERED_PREFIX = "c-"  # a dir of the engine's client keys a gateway uses: covered
+_PREFIXES = (ROOT_PREFIX, HIDDEN_PREFIX, COVERED_PREFIX)
+TRUST_ENV = "EXECHOST_TRUST_STATE_DIR"  # the operator's word: adopt this unrecorded state dir
+# What a gateway makes in its state dir and trusts when it finds it: a dir holding one is a gateway's
+GATEWAY_MADE = (
+    "gateway.json",
+    "operator.json",
+    "gateway-key.pem",
+    "gateway.pid",
+    "exec-grants.json",
+    "pending-approvals.json",
+    "node-revocations.json",
+    "agents",
+)
+_Read = dict[str, tuple[str, ...]]
+_cache: dict[str, tuple[tuple[int, int, int], _Read]] = {}
 _judged: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
 _lock = threading.Lock()
 
@@ -67,10 +92,10 @@ def record_root(home: str, root: str) -> None:
     _roots_done.add(key)
 
 
-def record(home: str, state: str, *, prefix: str = "") -> None:
-    """Record `state` (resolved) for every view of this account; best effort (a home this account cannot
-    write keeps no record, and its views cover only their own), never through a link."""
-    real = os.path.realpath(state)
+def record(home: str, state: str, *, prefix: str = "", resolve: bool = True) -> None:
+    """Record `state` (resolved unless not `resolve`) for every view of this account; best effort (a home
+    this account cannot write keeps no record, and its views cover only their own), never through a link."""
+    real = os.path.realpath(state) if resolve else os.path.abspath(state)
     where = record_dir(home)
     with contextlib.suppress(OSError):
         with contextlib.suppress(FileExistsError):
@@ -93,29 +118,28 @@ def record(home: str, state: str, *, prefix: str = "") -> None:
 
 def recorded(home: str) -> tuple[str, ...]:
     """Every state dir recorded for this account (resolved paths, present or not)."""
-    return _read(home)[0]
+    return _read(home).get("", ())
 
 
 def recorded_roots(home: str) -> tuple[str, ...]:
     """Every sandbox workspace root recorded for this account (resolved paths, present or not)."""
-    return _read(home)[1]
+    return _read(home).get(ROOT_PREFIX, ())
 
 
-def _read(home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _read(home: str) -> _Read:
     where = record_dir(home)
     try:
         st = os.lstat(where)
     except OSError:
-        return (), ()
+        return {}
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        return (), ()
+        return {}
     key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     with _lock:
         cached = _cache.get(where)
         if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
-    found: list[str] = []
-    roots: list[str] = []
+            return cached[1]
+    found: dict[str, set[str]] = {}
     with contextlib.suppress(OSError), os.scandir(where) as entries:
         for entry in entries:
             if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
@@ -127,11 +151,118 @@ def _read(home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
                 finally:
                     os.close(fd)
                 if text.startswith(os.sep):
-                    (roots if entry.name.startswith(ROOT_PREFIX) else found).append(text)
-    result = tuple(sorted(set(found))), tuple(sorted(set(roots)))
+                    kind = entry.name[:2] if entry.name[:2] in _PREFIXES else ""
+                    found.setdefault(kind, set()).add(text)
+    result = {k: tuple(sorted(v)) for k, v in found.items()}
     with _lock:
-        _cache[where] = (key, *result)
+        _cache[where] = (key, result)
     return result
+
+
+_secrets_done: set[tuple[str, str, str]] = set()
+
+
+def record_secrets(home: str, hidden: Iterable[str], covered: Iterable[str]) -> None:
+    """Record what a gateway's views hide because its config names it (once per process and path), as
+    named and resolved."""
+    for prefix, paths in ((HIDDEN_PREFIX, hidden), (COVERED_PREFIX, covered)):
+        for path in paths:
+            key = (home, prefix, os.path.abspath(path))
+            if key in _secrets_done:
+                continue
+            record(home, path, prefix=prefix)
+            record(home, path, prefix=prefix, resolve=False)
+            _secrets_done.add(key)
+
+
+def others_secrets(home: str, state: str, needed: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The files (to hide) and dirs (to cover) gateways of this account recorded as their config's
+    secrets: present ones, outside `state`. A file never directly in the home, `/` or a dir holding the
+    home (no view hides it there for good: that gateway's own views refuse it); a dir judged as a state
+    dir is (never `/`, the home, one holding it or what every run needs). Judged once per (record, state,
+    needed), as `others`; presence per call."""
+    found = _read(home)
+    wanted = tuple(needed)
+    files_in, dirs_in = found.get(HIDDEN_PREFIX, ()), found.get(COVERED_PREFIX, ())
+    if not files_in and not dirs_in:
+        return (), ()
+    key = (home, "\0secrets\0" + state, wanted, (*files_in, "\0", *dirs_in))
+    with _lock:
+        kept = _judged.get(key)
+    if kept is None:
+        kept = _judge_secrets(home, state, wanted, files_in, dirs_in)
+        with _lock:
+            if len(_judged) > 64:
+                _judged.clear()
+            _judged[key] = kept
+    files: list[str] = []
+    dirs: list[str] = []
+    for path in kept:
+        with contextlib.suppress(OSError):
+            if path.startswith("\0"):
+                if stat.S_ISDIR(os.lstat(path[1:]).st_mode):
+                    dirs.append(path[1:])
+            elif not stat.S_ISDIR(os.stat(path).st_mode):
+                files.append(path)
+    return tuple(files), tuple(dirs)
+
+
+def _judge_secrets(
+    home: str, state: str, needed: tuple[str, ...], files: tuple[str, ...], dirs: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The recorded secrets a view of `state` may hide: files as they are, dirs marked with a leading NUL."""
+    real_home, own = os.path.realpath(home), os.path.realpath(state)
+    out: list[str] = []
+    for path in files:
+        where = os.path.dirname(os.path.realpath(path))
+        if where in (real_home, os.sep) or inside(real_home, where) or inside(path, own):
+            continue
+        out.append(path)
+    must = [os.path.realpath(n) for n in needed]
+    for path in dirs:
+        if path in (own, os.sep, real_home) or inside(real_home, path) or inside(own, path):
+            continue
+        if inside(path, own) or any(inside(n, path) for n in must):
+            continue
+        out.append("\0" + path)
+    return tuple(out)
+
+
+class StateDirRefusedError(Exception):
+    """An existing state dir outside the home that no gateway of this account recorded, holding a
+    gateway's files: whoever made it chose its tokens."""
+
+
+def claim(home: str, state: str) -> None:
+    """The operator's own exechost command about to write `state` (a CLI verb before the first gateway
+    start: `agents add`): record it when adopt would, never refuse (a gateway's start does)."""
+    with contextlib.suppress(StateDirRefusedError):
+        adopt(home, state, {})
+
+
+def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
+    """Trust `state` as this service's state dir, recording it before anything is written in it: one in
+    the home (no host run writes there), one recorded by a gateway of this account, a new one or one
+    holding no gateway's file (nothing in it to trust), or the one the operator names in
+    $EXECHOST_TRUST_STATE_DIR. Otherwise StateDirRefusedError, naming the dir and what to do."""
+    env = os.environ if environ is None else environ
+    real = os.path.realpath(state)
+    if inside(real, os.path.realpath(home)) or real in recorded(home):
+        record(home, state)
+        return
+    names: list[str] = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        names = os.listdir(real)
+    trusted = env.get(TRUST_ENV, "")
+    held = sorted(set(names) & set(GATEWAY_MADE))
+    if held and not (trusted and os.path.realpath(trusted) == real):
+        raise StateDirRefusedError(
+            f"{state}: this state dir already holds a gateway's files ({', '.join(held)}) but no gateway "
+            f"of this account recorded it (in ~/{NAME}): whoever made it, a host command among them, chose "
+            "its tokens. Inspect it and remove it (a gateway makes it anew), or, if it is yours, start "
+            f"once with {TRUST_ENV}={state}"
+        )
+    record(home, state)
 
 
 def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:

@@ -63,7 +63,10 @@ def host_outside(
     cgroup are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or agent_id's;
     an `operator` call's runs join the operator's own pids cgroup (_join_tasks), and one naming no agent
     (`own`: ExecContext.operators_own) has the operator's own private dirs and network namespace."""
-    keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
+    keys, creds = config_secrets(config)
+    writable = config.exec_for(agent_id).host_writable
+    # every other gateway's too, as it records them (engine.commands.gatewaydirs: fresh round 15 b)
+    their_keys, their_creds = gatewaydirs.others_secrets(home_dir(), str(state_dir()), _needed(writable))
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
     profiles = [config.sandbox.docker.seccomp_profile] + [
@@ -78,7 +81,7 @@ def host_outside(
         str(state_dir()), space, hostprivate.dests(config.exec_for(agent_id).host_private)
     )
     return Outside(
-        hidden=tuple(keys) + engine_sockets(),
+        hidden=tuple(dict.fromkeys([*keys, *their_keys])) + engine_sockets(),
         readonly=((os.path.dirname(sock),) if sock else ()) + program_dirs(config),
         files=tuple(sorted(os.path.abspath(p) for p in read)),
         writable=tuple(config.exec_for(agent_id).host_writable),
@@ -89,8 +92,8 @@ def host_outside(
         ),
         workdir=workdir,
         covered=(roots := workspace_roots(config))
-        + engine_credentials()
-        + other_gateways(config.exec_for(agent_id).host_writable, roots),
+        + tuple(dict.fromkeys([*creds, *their_creds]))
+        + other_gateways(writable, roots),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
         private=private,
         # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet): the
@@ -98,6 +101,17 @@ def host_outside(
         net_agent=space if config.exec_for(agent_id).host_network == hostnet.OWN else None,
         chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
+
+
+def config_secrets(config: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What this gateway's host views hide because its config and environment name it: the files its node
+    links log in with (engine.config.nodekeys, hidden with an empty file) and the Docker engine's client
+    key dirs (covered whole). Recorded for every other gateway's views to hide too (gatewaydirs), once
+    per process and path, so a key named later (a config reload) is recorded at its first view."""
+    keys = tuple(nodekeys.hidden_paths(config.nodes.values()))  # exactly what the node links log in with
+    creds = engine_credentials()
+    gatewaydirs.record_secrets(home_dir(), keys, creds)
+    return keys, creds
 
 
 def private_source(
@@ -155,12 +169,17 @@ def other_gateways(writable: Iterable[str] = (), roots: Iterable[str] = ()) -> t
     """Every other exechost service's state dir of this account, a gateway's or a node's, and every
     sandbox workspace root ever used but the config's `roots` (engine.commands.gatewaydirs), covered whole
     as the state dir is: never one holding what every run needs, nor one of the agent's own `writable`."""
+    needed = _needed(writable)
+    home, state = home_dir(), str(state_dir())
+    return gatewaydirs.others(home, state, needed) + gatewaydirs.old_roots(home, state, needed, roots)
+
+
+def _needed(writable: Iterable[str]) -> list[str]:
+    """What no cover of another's dir may hold: what every run needs, and the agent's own `writable`."""
     helper = hostkeeper.helper_path()
     path_dirs = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
     needed = [*path_dirs, *hosttrust.import_paths(), *([helper] if helper is not None else [])]
-    needed += [os.path.abspath(os.path.expanduser(w)) for w in writable]
-    home, state = home_dir(), str(state_dir())
-    return gatewaydirs.others(home, state, needed) + gatewaydirs.old_roots(home, state, needed, roots)
+    return needed + [os.path.abspath(os.path.expanduser(w)) for w in writable]
 
 
 def engine_sockets() -> tuple[str, ...]:

@@ -155,12 +155,23 @@ def _run(parser: argparse.ArgumentParser, argv: list[str], as_json: bool) -> int
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    _claim_state_dir()
     try:
         return int(func(args) or 0)
     except UsageError as exc:
         return report_failure(str(exc), as_json)
     except KeyboardInterrupt:
         return 130
+
+
+def _claim_state_dir() -> None:
+    """The operator's verb may write the state dir before any gateway made it (`agents add`): recorded
+    first when new or holding no gateway's file, so the gateway adopts it (engine.commands.gatewaydirs;
+    a host run's CLI cannot write the home, so records nothing)."""
+    from engine.commands import gatewaydirs, hostoutside
+    from engine.statefs import state_dir
+
+    gatewaydirs.claim(hostoutside.home_dir(), str(state_dir()))
 
 
 def _deepest(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:

@@ -36,6 +36,7 @@ from engine.protocol.requests import REQUESTS
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from engine.sandbox import bwraplimits
+from engine.tools import exec_host
 from runner.gateway import handshake, limits, procvisible
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
@@ -139,9 +140,11 @@ class GatewayServer:
         refused = hostoutside.home_refused()
         if refused is not None:
             raise HostHomeError(refused)
+        # Trusted only when made now or recorded by a gateway of this account (a host run may have planted
+        # it, tokens and all: fresh round 15 b), and recorded before anything is written in it: every
+        # other gateway of this account covers it in its host views (fresh round 14 c).
+        gatewaydirs.adopt(hostoutside.home_dir(), str(self.state_dir))
         statefs.ensure_private_dir(self.state_dir)
-        # every other gateway of this account covers this state dir in its host views (fresh round 14 c)
-        gatewaydirs.record(hostoutside.home_dir(), str(self.state_dir))
         if len(os.fsencode(self.socket_path)) > unixsock.SUN_PATH_MAX:
             raise GatewayBusy(f"socket path too long (> {unixsock.SUN_PATH_MAX} bytes): {self.socket_path}")
         self._take_lock()
@@ -154,6 +157,8 @@ class GatewayServer:
             # the restored asks' included.
             self.services.approvals.generations.holds = lambda key: proof_holds(key, self.services.config())
             await self.services.start()
+            # what this gateway's views hide because its config names it, hidden in every other's too
+            exec_host.config_secrets(self.services.config())
             self._loop = asyncio.get_running_loop()
             self.services.live_config.on_change = self.config_changed
             old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
@@ -441,6 +446,8 @@ class GatewayServer:
     def config_changed(self) -> None:
         """The config on disk changed (LiveConfig reloaded it, maybe off the loop): re-decide every
         live connection, as `agents.refresh` does."""
+        with contextlib.suppress(Exception):  # best effort: a view records what it names anyway
+            exec_host.config_secrets(self.services.config())
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._spawn_recheck)

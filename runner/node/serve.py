@@ -72,7 +72,8 @@ class NodeServer:
         self.state_dir = state_dir
         self.service = service
         # every host view of this account covers this node's state dir, as a gateway's (fresh round 15 b)
-        gatewaydirs.record(hostoutside.home_dir(), str(state_dir))
+        # (trusted only when made now or recorded: a host run may have planted it, keys and all)
+        gatewaydirs.adopt(hostoutside.home_dir(), str(state_dir))
         self.identity = load_or_create(state_dir)
         self.runs = RunLedger()  # the gateway's runs received here: asked about after a dropped link
         # This process (event numbers count within it; the runs it knows are the ones it received).

@@ -414,6 +414,11 @@ async def test_class7_full_disk_at_the_starting_note_then_power_loss_runs_an_all
     work.mkdir()
     marker = work / "ran"
     image = state_dir.parent / "s2"
+    # the disk's image after power loss is the operator's state dir: recorded as its gateway would have
+    # (engine.commands.gatewaydirs.adopt refuses an unrecorded one holding a gateway's files)
+    from engine.commands import gatewaydirs
+
+    gatewaydirs.record(os.environ["HOME"], str(image))
     starting_, run_ = ExecTool._starting, ExecTool._run
     armed = {"fill": True, "crash": True, "copied": False}
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from engine.commands import gatewaydirs, hostoutside
 from engine.protocol.frames import socket_path
 from engine.unixsock import socket_is_live
 from tests.helpers.gateway import REPO
@@ -18,9 +19,14 @@ from tests.helpers.gateway import REPO
 class Daemon:
     """`start()` waits until the socket answers; `kill()` is SIGKILL (a crash: no cleanup runs)."""
 
-    def __init__(self, state: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, state: Path, env: dict[str, str] | None = None, *, operators: bool = True) -> None:
         self.state = state
         self.env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO), **(env or {})}
+        if operators:
+            # the test made this state dir as the operator (tokens minted in it first, an image copied):
+            # recorded as a gateway of the account would have (engine.commands.gatewaydirs.adopt refuses
+            # an unrecorded one holding a gateway's files); `operators=False` for one a host run made
+            gatewaydirs.record(hostoutside.home_dir(self.env), str(state))
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = state.parent / f"{state.name}-gateway.log"
 

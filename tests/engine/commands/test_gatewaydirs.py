@@ -92,3 +92,49 @@ def test_place_is_this_account_on_this_machine() -> None:
     here = gatewaydirs.place()
     assert here == gatewaydirs.place()
     assert os.path.exists("/etc/machine-id") <= (len(here) == 32)
+
+
+def test_a_state_dir_outside_the_home_is_adopted_only_when_made_recorded_or_trusted(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    new, empty, configured, planted = (tmp_path / n for n in ("new", "empty", "configured", "planted"))
+    empty.mkdir()
+    configured.mkdir()
+    (configured / "config.toml").write_text("")  # the operator's input, written before the first start
+    planted.mkdir(mode=0o700)
+    (planted / "operator.json").write_text('{"token": "chosen"}')
+    for ok in (new, empty, configured):  # nothing of a gateway's in it to trust: made the gateway's
+        gatewaydirs.adopt(str(home), str(ok), {})
+    assert set(gatewaydirs.recorded(str(home))) == {str(new), str(empty), str(configured)}
+    with pytest.raises(gatewaydirs.StateDirRefusedError, match=r"planted.*operator\.json.*remove it"):
+        gatewaydirs.adopt(str(home), str(planted), {})
+    assert str(planted) not in gatewaydirs.recorded(str(home))
+    gatewaydirs.adopt(str(home), str(planted), {gatewaydirs.TRUST_ENV: str(planted)})  # the operator's word
+    gatewaydirs.adopt(str(home), str(planted), {})  # recorded from then on
+    inner = home / ".openclaw"  # in the home no run writes: used as it is
+    inner.mkdir()
+    (inner / "gateway.json").write_text("{}")
+    gatewaydirs.adopt(str(home), str(inner), {})
+
+
+def test_each_gateways_config_secrets_are_every_views_to_hide(tmp_path: Path) -> None:
+    home, state, other = tmp_path / "h", tmp_path / "s", tmp_path / "sb"
+    for d in (home, state, other):
+        d.mkdir()
+    keys, certs = tmp_path / "keys", tmp_path / "certs"
+    keys.mkdir()
+    certs.mkdir()
+    (keys / "id").write_text("KEY")
+    (home / "id").write_text("KEY")
+    (other / "id").write_text("KEY")
+    link = tmp_path / "keylink"
+    link.symlink_to(keys / "id")
+    gatewaydirs.record_secrets(str(home), [str(link), str(home / "id"), str(other / "id")], [str(certs)])
+    files, dirs = gatewaydirs.others_secrets(str(home), str(state), [])
+    assert set(files) == {str(link), str(keys / "id"), str(other / "id")}  # as named and resolved
+    assert dirs == (str(certs),)
+    # not in this view's own state dir (covered already), nor a dir holding what runs need
+    files, dirs = gatewaydirs.others_secrets(str(home), str(other), [str(certs / "bin")])
+    assert str(other / "id") not in files and dirs == ()
+    (keys / "id").unlink()  # present ones only
+    assert str(keys / "id") not in gatewaydirs.others_secrets(str(home), str(state), [])[0]
