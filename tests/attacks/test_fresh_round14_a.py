@@ -47,6 +47,9 @@ def work() -> Any:
     """A workdir outside every private dir (/tmp is the agent's own copy in its host view): the test and
     the run see the same files."""
     path = Path(tempfile.mkdtemp(prefix="atk14a-", dir="/srv"))
+    # shared as /tmp is (world-writable, sticky): every other tree outside the home is a read-only layer in
+    # the run's view, where a FIFO of the test's is another inode (fix15sock)
+    os.chmod(path, 0o1777)
     try:
         yield path
     finally:
