@@ -17,7 +17,8 @@ from engine import principals
 from engine.protocol.client import ControlClient
 from engine.sandbox import bwraplimits
 from tests.attacks.rawclient import RawClient
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import connect, gateway, wait_until
+from tests.helpers.gateway import write_config as _write_config
 
 # ops may run anything on the gateway host (its policy is not what is attacked here); its host runs' only
 # way out is the egress proxy, where an unknown name asks.
@@ -47,13 +48,24 @@ def work() -> Any:
     """A workdir outside every private dir (/tmp is the agent's own copy in its host view): the test and
     the run see the same files."""
     path = Path(tempfile.mkdtemp(prefix="atk14a-", dir="/srv"))
-    # shared as /tmp is (world-writable, sticky): every other tree outside the home is a read-only layer in
-    # the run's view, where a FIFO of the test's is another inode (fix15sock)
-    os.chmod(path, 0o1777)
+    _WORK.append(str(path))
     try:
         yield path
     finally:
+        _WORK.remove(str(path))
         shutil.rmtree(path, ignore_errors=True)
+
+
+_WORK: list[str] = []
+
+
+def write_config(state: Path, text: str) -> None:
+    """The test's config, with its shared workdir (when it has one) writable to the host runs: outside it,
+    every tree outside the home is a read-only layer in the run's view, where the test's FIFO would be
+    another inode (fix15sock)."""
+    if _WORK:
+        text = text.replace("[tools.exec]\n", f'[tools.exec]\nhostWritable = ["{_WORK[-1]}"]\n', 1)
+    _write_config(state, text)
 
 
 async def _agent(state: Path, token: str) -> ControlClient:
