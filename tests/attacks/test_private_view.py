@@ -25,12 +25,14 @@ NPM = "/usr/bin/npm"
 _NINJA_FILE = "rule t\n  command = touch {marker}\nbuild out: t\n"
 
 
-def _binds(state: Path) -> tuple[tuple[str, str], ...]:
-    return hostprivate.binds(str(state), "main", (str(state.parent / "tmp"),))
+def _binds(state: Path, space: str = "main") -> tuple[tuple[str, str], ...]:
+    return hostprivate.binds(str(state), space, (str(state.parent / "tmp"),))
 
 
-def _copy(state: Path, path: Path) -> Path:
-    found = hostprivate.source_of(_binds(state), str(path))
+def _copy(state: Path, path: Path, space: str = "main") -> Path:
+    """`path`'s copy in `space`'s private dirs: agent main's (the harness names it), or the operator's own
+    (`approve_after`'s exec names no agent: the operator's places, fresh round 15 b)."""
+    found = hostprivate.source_of(_binds(state, space), str(path))
     assert found is not None
     return Path(found)
 
@@ -71,7 +73,7 @@ async def test_every_spelling_of_a_dir_in_the_agents_own_tmp_asks(state_dir: Pat
 async def test_an_option_value_after_equals_into_the_agents_own_tmp_asks(state_dir: Path) -> None:
     root = state_dir.parent
     named = root / "tmp" / "p"
-    planted = _copy(state_dir, named)
+    planted = _copy(state_dir, named, hostprivate.OPERATOR)
     planted.mkdir(parents=True)
     marker = root / "PWNED"
     package = {"name": "p", "version": "1.0.0", "scripts": {"test": f"touch {marker}"}}
@@ -258,7 +260,7 @@ async def test_a_script_in_the_agents_own_tmp_is_bound_by_the_bytes_the_run_read
 
     root = state_dir.parent
     named = root / "tmp" / "x.sh"
-    planted = _copy(state_dir, named)
+    planted = _copy(state_dir, named, hostprivate.OPERATOR)
     planted.parent.mkdir(parents=True, exist_ok=True)
     planted.write_text("echo approved-bytes\n")
     marker = root / "PWNED"
@@ -287,7 +289,7 @@ async def test_a_script_in_the_agents_own_tmp_runs_the_bytes_approved(state_dir:
 
     root = state_dir.parent
     named = root / "tmp" / "x.sh"
-    planted = _copy(state_dir, named)
+    planted = _copy(state_dir, named, hostprivate.OPERATOR)
     planted.parent.mkdir(parents=True, exist_ok=True)
     planted.write_text('echo approved-bytes "$0"\n')
     tree = root / "w"

@@ -6,10 +6,12 @@ runs when it links again, and only the revoking gateway's agent is touched on a 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 from engine import principals
+from engine.commands import gatewaydirs
 from engine.nodes.revocations import Revocations
 from engine.protocol.client import ControlClient
 from tests.helpers.gateway import FULL, cli, connect, gateway, wait_until, write_config
@@ -94,6 +96,8 @@ async def test_a_revoke_ends_only_its_own_gateways_agent_on_a_shared_node(
     (node.state_dir / "config.toml").write_text(NODE_FULL)
     other = state_dir.parent / "b"
     other.mkdir(mode=0o700)
+    # a second gateway of the account, made as the operator would make it: recorded (gatewaydirs.adopt)
+    gatewaydirs.record(os.environ["HOME"], str(other))
     for state in (state_dir, other):
         write_config(state, GATEWAY + node.config_toml())
     tokens = [principals.mint(state, "ops") for state in (state_dir, other)]

@@ -82,6 +82,7 @@ async def test_class8_approved_bash_script_reading_its_args_and_stdin_keeps_them
     out = tmp_path / "out"
     (work / "s.sh").write_text(f'echo "$# $1 $2 ${{0##*/}}" > {out}\n')
     run = await _approved_once_after("bash s.sh a b", work, lambda: None)
+    assert out.exists(), run
     assert out.read_text() == "2 a b s.sh\n", run
 
 

@@ -189,7 +189,8 @@ def current_run(services: Services, view: dict[str, Any]) -> dict[str, Any]:
         session = services.sessions.get(sid) if live else None
         if session is not None and session.is_run(run):
             run.update(status=session.status, exitCode=session.exit_code)
-        elif live:
+        elif live and not (session is None and run.get("status") == "starting"):
+            # (`starting` with no session yet: the spawn is under way and registers it next)
             run["status"] = "unknown"
         view = {**view, "run": run}
     return view
