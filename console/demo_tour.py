@@ -19,7 +19,7 @@ from typing import Any
 
 from engine import principals, statefs
 from engine.approvals.store import ApprovalsStore
-from engine.commands import privatefs
+from engine.commands import gatewaydirs, hostoutside, privatefs
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
 from engine.protocol.requests import ExecRequest, SandboxRecreate, Shutdown, Status
@@ -201,6 +201,9 @@ def prepare_demo(root: Path | None = None) -> Demo:
     demo = Demo(root or new_root(), free_port() if egress_available() else 0)
     statefs.ensure_private_dir(demo.root)
     statefs.ensure_private_dir(demo.state)
+    # made here, as a gateway of this account would make it: recorded before anything is written in it
+    # (engine.commands.gatewaydirs.adopt refuses an unrecorded state dir holding a gateway's files)
+    gatewaydirs.record(hostoutside.home_dir(), str(demo.state))
     config = DEMO_CONFIG
     if sandbox_backend() == "bwrap":
         config += BWRAP_CONFIG
