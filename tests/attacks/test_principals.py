@@ -20,7 +20,7 @@ from engine import principals
 from engine.errors import ExecHostError
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import read_token
-from tests.helpers.gateway import FULL, REPO, cli, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, IN_CHECKOUT, REPO, cli, connect, gateway, wait_until, write_config
 
 VICTIM_KEY = "agent:victim:main"
 SECRET = "VICTIM-SECRET-4711"
@@ -249,7 +249,7 @@ async def test_agent_b_cannot_touch_agent_a_over_the_cli(state_dir: Path) -> Non
 
 
 async def test_agent_b_cannot_touch_agent_a_over_mcp(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     async with gateway(state_dir):
         victim, sid = await _victim_session(state_dir)
         token = principals.mint(state_dir, "attacker")

@@ -19,6 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 ALLOWLIST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+# For [tools.exec] tests whose runs start in the checkout (the CLI's cwd): a checkout outside the home and
+# the machine's /tmp (CI's) is a tree host runs see read-only, and a run there says so before its output
+# (engine/commands/hostroots.py).
+IN_CHECKOUT = f'hostWritable = ["{REPO}"]\n'
 
 
 def write_config(state: Path, text: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.protocol.frames import socket_path
-from tests.helpers.gateway import ALLOWLIST, FULL, REPO, cli, write_config
+from tests.helpers.gateway import ALLOWLIST, FULL, IN_CHECKOUT, REPO, cli, write_config
 
 
 def stop(state: Path) -> None:
@@ -53,7 +53,7 @@ def test_lifecycle_start_status_stop(state_dir: Path) -> None:
 def test_sigterm_is_graceful_and_keeps_sessions(state_dir: Path) -> None:
     """Issue 20: a graceful stop leaves background sessions to the next gateway; `gateway stop
     --kill-sessions` is the way to end them with it."""
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "gateway", "run"],
@@ -98,7 +98,7 @@ def test_sigterm_is_graceful_and_keeps_sessions(state_dir: Path) -> None:
 
 
 def test_exec_json_and_exit_codes(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     try:
         ok = cli(state_dir, "exec", "--json", "--", "echo", "hi")
         assert ok.returncode == 0 and js(ok)["text"] == "hi"
@@ -166,7 +166,7 @@ def test_pending_approve_and_events_from_the_cli(state_dir: Path) -> None:
 
 
 def test_concurrent_clients_autostart_exactly_one_gateway(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     try:
         with ThreadPoolExecutor(4) as pool:
             results = list(pool.map(lambda i: cli(state_dir, "exec", "--json", "--", f"echo {i}"), range(4)))
@@ -192,7 +192,7 @@ def test_install_service_writes_a_unit(state_dir: Path, tmp_path: Path) -> None:
 
 
 def test_pty_stdin_and_follow_from_the_cli(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
     try:
         tty = cli(state_dir, "exec", "--pty", "--", "tty")
@@ -287,7 +287,7 @@ def test_cli_conventions_version_bad_enums_clamps_unknown_ids_and_killed(state_d
         for action in ("poll", "log", "kill"):
             missing = cli(state_dir, "process", action, "no-such-session")
             assert missing.returncode == 1 and "session found for no-such-session" in missing.stdout, action
-        write_config(state_dir, FULL)
+        write_config(state_dir, FULL + IN_CHECKOUT)
         started = js(cli(state_dir, "exec", "--json", "--background", "--", "sleep 30"))
         sid = started["details"]["sessionId"]
         assert cli(state_dir, "process", "kill", sid).returncode == 0
@@ -305,7 +305,7 @@ def test_cli_conventions_version_bad_enums_clamps_unknown_ids_and_killed(state_d
 def test_process_follow_history_allowlist_list_and_autostart_notice(state_dir: Path, tmp_path: Path) -> None:
     """Issue 10: `process follow`, `approvals history`, `approvals allowlist list` (scope, what a
     =command: entry stands for), add warnings, and a verb that starts the gateway says so."""
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     try:
         assert cli(state_dir, "process", "list").returncode == 69  # a read starts none (issue 30)
         killed = cli(state_dir, "process", "kill", "no-such-session")

@@ -10,7 +10,7 @@ from pathlib import Path
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from tests.helpers.gateway import ALLOWLIST, FULL, REPO, cli, write_config
+from tests.helpers.gateway import ALLOWLIST, FULL, IN_CHECKOUT, REPO, cli, write_config
 
 
 def server_params(state: Path, *extra: str) -> StdioServerParameters:
@@ -33,7 +33,7 @@ def server_params(state: Path, *extra: str) -> StdioServerParameters:
 
 
 async def test_mcp_tools_exec_process_and_shared_sessions(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     try:
         async with (
             stdio_client(server_params(state_dir)) as (read, write),
@@ -111,7 +111,7 @@ async def test_mcp_contract_enums_types_annotations_and_errors(state_dir: Path) 
 
     for schema in (EXEC_SCHEMA, PROCESS_SCHEMA):
         jsonschema.Draft202012Validator.check_schema(schema)
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + IN_CHECKOUT)
     try:
         async with (
             stdio_client(server_params(state_dir)) as (read, write),
