@@ -272,21 +272,7 @@ def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
     (record, state, needed); presence per call (a cover of a missing root would make it)."""
     wanted = tuple(needed)
     paths = recorded(home)
-    key = (home, state, wanted, paths)
-    with _lock:
-        kept = _judged.get(key)
-    if kept is None:
-        kept = _judge(home, state, wanted, paths)
-        with _lock:
-            if len(_judged) > 64:
-                _judged.clear()
-            _judged[key] = kept
-    out: list[str] = []
-    for path in kept:
-        with contextlib.suppress(OSError):
-            if stat.S_ISDIR(os.lstat(path).st_mode):
-                out.append(path)
-    return tuple(out)
+    return _present_judged((home, state, wanted, paths), home, state, wanted, paths)
 
 
 def old_roots(home: str, state: str, needed: Iterable[str], named: Iterable[str]) -> tuple[str, ...]:
@@ -296,7 +282,17 @@ def old_roots(home: str, state: str, needed: Iterable[str], named: Iterable[str]
     paths = tuple(p for p in recorded_roots(home) if p not in shown)
     if not paths:
         return ()
-    key = (home, "\0roots\0" + state, wanted, paths)
+    return _present_judged((home, "\0roots\0" + state, wanted, paths), home, state, wanted, paths)
+
+
+def _present_judged(
+    key: tuple[str, str, tuple[str, ...], tuple[str, ...]],
+    home: str,
+    state: str,
+    wanted: tuple[str, ...],
+    paths: tuple[str, ...],
+) -> tuple[str, ...]:
+    """What `_judge` keeps of `paths` (once per key), then the ones present as directories now."""
     with _lock:
         kept = _judged.get(key)
     if kept is None:
