@@ -189,12 +189,13 @@ class ConsoleApp(App[None]):
     async def start_approval_socket(self) -> None:
         """Host exec-approvals.sock at the path/token in exec-approvals.json; never steal a live one."""
         try:
-            path, token = await asyncio.to_thread(ApprovalsStore().socket_info)
+            store = ApprovalsStore()
+            path, _token = await asyncio.to_thread(store.socket_info)
             # Every frame is the socket's principal under this config (main, or nobody): the socket_decider
             # is only ever asked as that agent, never as the agent a frame names (SECURITY.md, Principals).
             server = ApprovalSocketServer(
                 path,
-                token,
+                store.socket_token_now,  # each frame's, as the file holds it then
                 decider=self.socket_decider,
                 exec_handler=LocalExecHost(self.config_path),
                 config_path=self.config_path,

@@ -204,6 +204,15 @@ class ApprovalsStore:
         assert current.socket_path and current.socket_token
         return os.path.expanduser(current.socket_path), current.socket_token
 
+    def socket_token_now(self) -> str:
+        """The socket token as the file holds it now, "" when it holds none or cannot be read (a token
+        that matches nothing): exec-approvals.sock checks each frame against this, so a rotated token
+        takes effect at once. A stat per call while the file is unchanged (snapshot)."""
+        try:
+            return self.snapshot().socket_token or ""
+        except (ApprovalsFileError, OSError):
+            return ""
+
     def agent(self, agent_id: str) -> AgentApprovals:
         return self.load().agent(agent_id)
 

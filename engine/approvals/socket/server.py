@@ -156,7 +156,7 @@ class ApprovalSocketServer:
     def __init__(
         self,
         path: str | Path,
-        token: str,
+        token: str | Callable[[], str],
         *,
         decider: Decider,
         exec_handler: ExecHandler | None = None,
@@ -166,11 +166,14 @@ class ApprovalSocketServer:
         clock: Callable[[], float] = time.time,
         config_path: str | Path | None = None,
     ) -> None:
-        if not token:
+        # A callable is the token as exec-approvals.json holds it now: a rotated token takes effect at the
+        # next frame, never at the next console start (issue 27 §1, like the gateway's tokens).
+        self._token_of: Callable[[], str] = token if callable(token) else (lambda: token)
+        first = self._token_of()
+        if not first:
             raise ApprovalSocketError("approval socket token is empty")
+        redact.register(first)
         self.path = Path(path)
-        self._token = token.encode()
-        redact.register(token)
         self._decider = decider
         self._exec_handler = exec_handler
         self._prompt_timeout = prompt_timeout
@@ -318,8 +321,19 @@ class ApprovalSocketServer:
         except TimeoutError:
             return b""
 
-    def _token_ok(self, given: object) -> bool:
-        return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
+    async def _token(self) -> str:
+        """The token now ("" when the file cannot say: such a token matches nothing)."""
+        try:
+            token = await asyncio.to_thread(self._token_of)
+        except (ExecHostError, OSError):
+            return ""
+        if token:
+            redact.register(token)
+        return token
+
+    async def _token_ok(self, given: object) -> bool:
+        token = await self._token()
+        return bool(token) and isinstance(given, str) and hmac.compare_digest(given.encode(), token.encode())
 
     async def _principal(self, named: object, key: object, kind: str) -> tuple[str, str | None]:
         """The agent this frame acts as and its session key (principal.py, the one rule), under the config
@@ -337,7 +351,11 @@ class ApprovalSocketServer:
     async def _on_request(self, frame: dict[str, Any], peer: PeerInfo, writer: asyncio.StreamWriter) -> None:
         rid = _frame_id(frame)
         body = frame.get("request")
-        if not self._token_ok(frame.get("token")) or not isinstance(body, dict) or not body.get("command"):
+        if (
+            not await self._token_ok(frame.get("token"))
+            or not isinstance(body, dict)
+            or not body.get("command")
+        ):
             self.stats["rejected"] += 1
             await self._send(writer, _deny_frame(rid))
             return
@@ -443,8 +461,9 @@ class ApprovalSocketServer:
             self.stats["rejected"] += 1
             await reply(ExecOutcome.fail("INVALID_REQUEST", "expired request", "ttl"))
             return
-        expected = sign(self._token.decode(), nonce, ts, request_json)
-        if not hmac.compare_digest(mac.lower().encode(), expected.encode()):
+        token = await self._token()
+        expected = sign(token, nonce, ts, request_json)
+        if not token or not hmac.compare_digest(mac.lower().encode(), expected.encode()):
             self.stats["rejected"] += 1
             await reply(ExecOutcome.fail("INVALID_REQUEST", "invalid auth", "hmac"))
             return

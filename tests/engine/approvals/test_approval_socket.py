@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from engine import statefs
 from engine.approvals.socket.server import (
     ApprovalSocketBusy,
     ApprovalSocketError,
@@ -36,6 +37,7 @@ from engine.approvals.socket.server import (
     request_decision,
     request_exec,
 )
+from engine.approvals.store import ApprovalsStore
 
 TOKEN = "tok-" + "x" * 28
 
@@ -154,6 +156,41 @@ async def test_bad_token_is_denied_without_asking(sock_path: Path) -> None:
             replies = await raw_exchange(sock_path, json.dumps(frame).encode() + b"\n")
             assert replies == [{"type": "decision", "id": "r1", "decision": "deny"}]
     assert inbox.asked == []
+
+
+async def test_a_rotated_token_counts_at_the_next_frame(sock_path: Path) -> None:
+    """The token is the one exec-approvals.json holds at each frame (ApprovalsStore.socket_token_now): a
+    leaked token stops working when the file gets a new one, with no console restart; a file that cannot
+    say (corrupt) lets no token through and is left as it is."""
+    store = ApprovalsStore(sock_path.parent / "exec-approvals.json")
+    _path, old = store.socket_info()
+    inbox = Inbox("allow-once")
+
+    def frame(token: str) -> bytes:
+        return json.dumps(
+            {"type": "request", "token": token, "id": "r", "request": {"command": "id"}}
+        ).encode()
+
+    async with ApprovalSocketServer(sock_path, store.socket_token_now, decider=inbox, exec_handler=echo_exec):
+        assert (await raw_exchange(sock_path, frame(old) + b"\n"))[0]["decision"] == "allow-once"
+        data = json.loads(store.path.read_text())
+        data["socket"]["token"] = new = "rotated-" + "z" * 24
+        statefs.atomic_write(store.path, json.dumps(data))
+        assert (await raw_exchange(sock_path, frame(old) + b"\n"))[0]["decision"] == "deny"
+        [signed_old] = await raw_exchange(
+            sock_path, json.dumps(wire_exec(old, {"command": ["id"]})).encode() + b"\n"
+        )
+        assert signed_old["ok"] is False
+        assert (await raw_exchange(sock_path, frame(new) + b"\n"))[0]["decision"] == "allow-once"
+        [signed_new] = await raw_exchange(
+            sock_path, json.dumps(wire_exec(new, {"command": ["id"]})).encode() + b"\n"
+        )
+        assert signed_new["ok"] is True, signed_new
+        store.path.write_text("{not json")
+        for token in (old, new, ""):
+            assert (await raw_exchange(sock_path, frame(token) + b"\n"))[0]["decision"] == "deny"
+        assert store.path.read_text() == "{not json"
+    assert len(inbox.asked) == 2
 
 
 async def test_socket_and_dir_modes(sock_path: Path) -> None:
