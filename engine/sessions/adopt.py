@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.principals import operator_key
+from engine.principals import key_owner, operator_key
 from engine.sessions.host import (
     SPOOL_HEADER_SIZE,
     HeldFactory,
@@ -65,8 +65,9 @@ class Adoption:
         self, manager: SessionManager, hosts: SessionHosts | HostLauncher, ended: frozenset[str] = frozenset()
     ) -> None:
         self.manager = manager
-        # Scopes whose credential was revoked while no gateway ran (engine.sandbox.hostrevocations): a
-        # session of theirs still running is ended as it is adopted, before `done`, never served on.
+        # Agents whose credential was revoked while no gateway ran (engine.sandbox.hostrevocations): a
+        # session in any scope they own (`agent:<id>` or `agent:<id>:…`) still running is ended as it is
+        # adopted, before `done`, never served on. (The operator's runs naming them are not theirs.)
         self.ended = ended
         self.launchers = hosts.launchers() if isinstance(hosts, SessionHosts) else [hosts]
         self.pending: dict[str, tuple[HostLauncher, Path]] = {}
@@ -180,7 +181,7 @@ class Adoption:
                 live = sid in self._live.get(k, {})
                 session = await _adopt_one(self.manager, launcher, launcher.paths(sid), meta, live)
                 self.sessions.append(session)
-                ended = session.scope_key in self.ended and not session.exited
+                ended = key_owner(session.scope_key) in self.ended and not session.exited
                 if ended and self.manager.request_kill(session):
                     await session.done.wait()
         except (OSError, ValueError, statefs.StateFileError) as exc:

@@ -186,8 +186,7 @@ class Services:
             log.warning("agent %s, revoked while no gateway ran: %d process(es) of it ended", agent, killed)
         if self.holders is not None:
             await self.holders.connect()  # started or re-attached; on failure a log line, plain children
-            ended = frozenset(f"agent:{agent}" for agent in self._owed_revokes)
-            self.adoption = Adoption(self.sessions, self.holders, ended)
+            self.adoption = Adoption(self.sessions, self.holders, frozenset(self._owed_revokes))
             self.adoption.scan()
         else:
             await asyncio.to_thread(hostrevocations.settle, self.state_dir, self._owed_revokes)

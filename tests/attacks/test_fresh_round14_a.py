@@ -19,6 +19,7 @@ from engine.sandbox import bwraplimits
 from tests.attacks.rawclient import RawClient
 from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.gateway import write_config as _write_config
+from tests.helpers.sandbox import IMAGE, build_test_image
 
 # ops may run anything on the gateway host (its policy is not what is attacked here); its host runs' only
 # way out is the egress proxy, where an unknown name asks.
@@ -290,7 +291,11 @@ async def test_class1_execs_dispatched_before_a_revoke_start_after_its_kill(
             assert answer["revoked"] is True
             await asyncio.gather(*list(conn.tasks), return_exceptions=True)  # what it was dispatched settles
             rows = (await op.request("sessions.list", {}))["sessions"]
-            alive = [r for r in rows if r.get("scopeKey") == "agent:ops" and r.get("status") == "running"]
+            alive = [
+                r
+                for r in rows
+                if principals.owns_key("ops", r.get("scopeKey") or "") and r.get("status") == "running"
+            ]
             assert alive == [], f"{len(alive)} of ops's commands run after its revoke"
         finally:
             agent.close()
@@ -503,9 +508,12 @@ async def test_another_agents_session_and_ask_ids_read_as_absent_through_every_v
             await asyncio.to_thread(bwraplimits.kill_host_group, "ops")
 
 
+@pytest.mark.parametrize("key", [None, "s1"])
 async def test_class1_an_offline_revoke_leaves_the_agents_held_sessions_running(
-    state_dir: Path, work: Path, monkeypatch: pytest.MonkeyPatch
+    state_dir: Path, work: Path, monkeypatch: pytest.MonkeyPatch, key: str | None
 ) -> None:
+    """Every session the agent owns ends, whatever its scope under `agent:ops` (its own `s1` is
+    `agent:ops:s1`): an offline revoke once ended only the scope `agent:ops` exactly."""
     from tests.helpers.gateway import cli
 
     monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # the daemon's way: sessions outlive it
@@ -517,7 +525,8 @@ async def test_class1_an_offline_revoke_leaves_the_agents_held_sessions_running(
         async with gateway(state_dir):
             agent = await _agent(state_dir, token)
             try:
-                res = await agent.request("exec", {"command": f"tail -f {beat}", "background": True})
+                params = {"command": f"tail -f {beat}", "background": True}
+                res = await agent.request("exec", {**params, "sessionKey": key} if key else params)
                 assert res["details"]["status"] == "running", res
                 pid = int(res["details"]["pid"])
             finally:
@@ -541,3 +550,54 @@ async def test_class1_an_offline_revoke_leaves_the_agents_held_sessions_running(
             )
     finally:
         await asyncio.to_thread(bwraplimits.kill_host_group, "ops")
+
+
+OPS_DOCKER = (
+    '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n'
+    '[[agents.list]]\nid = "ops"\n\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "docker"\nscope = "session"\n'
+    f'[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\npool = 0\n'
+)
+
+
+async def test_an_offline_revoke_ends_the_agents_held_sandbox_sessions_in_every_scope_it_owns(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox session is in no host group (the offline revoke's kill does not reach it): the next
+    gateway ends it as it adopts it, in whatever scope of the agent it runs (`agent:ops:s1` here); only
+    `agent:ops` exactly was ended once."""
+    from engine.sandbox import docker_ops
+    from tests.helpers.gateway import cli
+
+    build_test_image()
+    monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")
+    write_config(state_dir, OPS_DOCKER)
+    token = principals.mint(state_dir, "ops")
+    try:
+        async with gateway(state_dir):
+            agent = await _agent(state_dir, token)
+            try:
+                res = await agent.request(
+                    "exec", {"command": "sleep 3600", "background": True, "sessionKey": "s1"}
+                )
+                assert res["details"]["status"] == "running", res
+                sid = res["details"]["sessionId"]
+            finally:
+                await agent.close()
+        done = await asyncio.to_thread(cli, state_dir, "agents", "revoke", "ops")  # no gateway runs
+        assert done.returncode == 0, done.stderr
+        async with gateway(state_dir) as server:
+            adoption = server.services.adoption
+            assert adoption is not None
+            await asyncio.wait_for(adoption.done.wait(), 60)  # (a bound on a hang, not a time)
+            op = await connect(state_dir)
+            try:
+                rows = (await op.request("sessions.list", {}))["sessions"]
+            finally:
+                await op.close()
+            [row] = [r for r in rows if r["sessionId"] == sid]
+            assert row["scopeKey"] == "agent:ops:s1"
+            assert row["status"] != "running", f"the revoked agent's sandbox session runs on: {row}"
+    finally:
+        for c in docker_ops.list_sandboxes():
+            docker_ops.remove(c["Id"])
