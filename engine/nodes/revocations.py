@@ -74,12 +74,13 @@ class Revocations:
         body = json.dumps({"revocations": [r.to_json() for r in rows]}, indent=1)
         statefs.atomic_write(self.path, body)
 
-    def add(self, agent: str, credential_stamp: str) -> Revocation:
-        """A revoke every node must hear: kept until each configured node answered it."""
+    def add(self, agent: str, credential_stamp: str, rotated: bool = False) -> Revocation:
+        """A revoke (or a rotation: `rotated`) every node must hear: kept until each configured node
+        answered it."""
         if not valid_name(agent):
             raise ValueError(f"invalid agent {agent!r}")
         made = Revocation(
-            AgentRevoke(agent, secrets.token_hex(16), credential_stamp), int(time.time() * 1000)
+            AgentRevoke(agent, secrets.token_hex(16), credential_stamp, rotated), int(time.time() * 1000)
         )
         with statefs.file_lock(self.path):
             self._save([*self._load(), made])

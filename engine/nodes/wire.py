@@ -98,13 +98,26 @@ class AgentRevoke:
     agent: str
     revocation: str
     credential: str = ""  # credential_stamp of the revoked credential; "" when it had none
+    # The credential was replaced (`agents rotate`), the agent stays: its old credential's later runs are
+    # refused and its sandboxes' egress stops until a run enters again, but its sessions run on.
+    rotated: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"agent": self.agent, "revocation": self.revocation, "credential": self.credential}
+        return {
+            "agent": self.agent,
+            "revocation": self.revocation,
+            "credential": self.credential,
+            "rotated": self.rotated,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AgentRevoke:
         agent, revocation, credential = d.get("agent"), d.get("revocation"), d.get("credential") or ""
+        rotated = d.get("rotated", False)
+        if not isinstance(rotated, bool):
+            raise WireError("agent.revoke: bad rotated")
+        if rotated and not credential:
+            raise WireError("agent.revoke: a rotation names the credential it ends")
         if not valid_name(agent):
             raise WireError("agent.revoke: bad agent")
         if not isinstance(revocation, str) or not _STAMP.match(revocation):
@@ -112,7 +125,7 @@ class AgentRevoke:
         if not isinstance(credential, str) or (credential and not _STAMP.match(credential)):
             raise WireError("agent.revoke: bad credential")
         assert isinstance(agent, str)
-        return cls(agent, revocation, credential)
+        return cls(agent, revocation, credential, rotated)
 
 
 _STAMP = re.compile(r"^[0-9a-f]{8,64}$")

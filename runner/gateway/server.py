@@ -513,6 +513,15 @@ class GatewayServer:
             self.services.approvals.revoke_credential(agent, principals.credential_id(old))
         await self._drop(conns)
         await self.recheck()
+        if old is not None:
+            # and on every node: the old credential's runs still in flight are refused there, and the
+            # agent's sandboxes there stop reaching out until a run with the new one enters them
+            try:
+                await self.services.nodes.revocations.revoke(
+                    agent, principals.credential_id(old), rotated=True
+                )
+            except Exception:
+                log.exception("agent %s: the rotation could not be kept for its nodes", agent)
         return token, len(conns)
 
     async def _drop(self, conns: list[Connection]) -> None:

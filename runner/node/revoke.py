@@ -60,6 +60,8 @@ class Revoked:
             # of that name stops until a run enters the sandbox again (a gateway sharing the node with an
             # agent of the same name serves it again with its next sandboxed run).
             self.generations.bump(wire.agent)
+        if wire.rotated:
+            return {"agent": wire.agent, "killed": 0}  # a new credential: the agent's runs are still its own
         return {"agent": wire.agent, "killed": await self.kill(principal)}
 
     async def kill(self, principal: str) -> int:

@@ -175,3 +175,47 @@ async def test_a_revoke_made_while_no_gateway_ran_reaches_the_node_when_the_next
     finally:
         service.terminate()
         service.wait(timeout=30)
+
+
+async def test_a_rotation_reaches_a_node_down_at_the_time_and_the_agents_run_goes_on(
+    state_dir: Path,
+    sshd_nodes: list[SshdNode],  # noqa: F811
+) -> None:
+    """`agents rotate` told the nodes nothing: a run the old (leaked) credential sent and that reached a
+    node after the rotation ran, and the agent's sandboxes there kept their egress. It is now kept for
+    every node as a rotated revocation, like a revoke; unlike a revoke it leaves the agent's runs going."""
+    node = sshd_nodes[0]
+    (node.state_dir / "config.toml").write_text(NODE_FULL)
+    alive = node.marks / "alive-rotated"
+    write_config(state_dir, GATEWAY + "".join(n.config_toml() for n in sshd_nodes))
+    token = principals.mint(state_dir, "ops")
+    service = node.run_service()
+    try:
+        async with gateway(state_dir) as server:
+            operator = await connect(state_dir)
+            ops = await connect(state_dir, client="ops", operator=False, credential=token)
+            try:
+                sid = await _start(ops, node.name, alive)
+                await wait_until(lambda: _grown(alive, 0), timeout=30)
+                link = server.services.nodes.links[node.name]
+                node.drop_connections()
+                await wait_until(lambda: link.state != "connected", timeout=30)
+
+                rotated = await operator.request("agents.rotate", {"agent": "ops"})
+                assert rotated["token"] != token
+
+                [owed] = Revocations(state_dir).owed(node.name)
+                assert (owed.agent, owed.rotated) == ("ops", True)
+                assert owed.credential  # the old credential's stamp: what the node refuses from now on
+
+                node.start()
+                await wait_until(lambda: not Revocations(state_dir).owed(node.name), timeout=60)
+                size = alive.stat().st_size
+                await wait_until(lambda: _grown(alive, size), timeout=30)  # heard, and still running
+                assert await _status(operator, sid) == ["running"]
+            finally:
+                await ops.close()
+                await operator.close()
+    finally:
+        service.terminate()
+        service.wait(timeout=30)

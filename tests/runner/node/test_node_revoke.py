@@ -70,6 +70,11 @@ def test_the_wire_shape_refuses_what_is_not_it() -> None:
         with pytest.raises(ValueError):
             AgentRevoke.from_json(bad)
     assert credential_stamp("") == "" and OLD != NEW
+    rotated = AgentRevoke("ops", "ab" * 16, OLD, rotated=True)
+    assert AgentRevoke.from_json(rotated.to_json()) == rotated  # what it decodes it encodes back
+    for bad in ({**good.to_json(), "rotated": "yes"}, {**good.to_json(), "rotated": True, "credential": ""}):
+        with pytest.raises(ValueError):
+            AgentRevoke.from_json(bad)
 
 
 @contextlib.asynccontextmanager
@@ -114,6 +119,28 @@ async def test_a_revoked_credentials_runs_end_and_later_ones_are_refused(
 
         bad = await gw.call(AGENT_REVOKE, {"agent": "ops", "revocation": "nope"})
         assert not bad.ok and bad.error and bad.error["code"] == "INVALID_REQUEST"
+
+
+async def test_a_rotation_refuses_the_old_credentials_later_runs_and_keeps_the_agents_sessions(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`agents rotate` reaches the node as a rotated revoke: what the old credential sent before the
+    rotation and arrives after it is refused, the new one runs, and the agent's running sessions (its own
+    still, under its new credential) are not ended as a revoke ends them."""
+    (state_dir / "config.toml").write_text(NODE_FULL)
+    async with _linked(state_dir) as (server, gw):
+        mark = tmp_path / "ops"
+        res = await gw.call("system.run", _run("ops", OLD, mark, "run-ops"))
+        assert res.ok and res.payload and res.payload["status"] == "running", res
+        session = server.sessions.get(str(res.payload["sessionId"]))
+
+        res = await gw.call(AGENT_REVOKE, AgentRevoke("ops", "cd" * 16, OLD, rotated=True).to_json())
+        assert res.ok and res.payload == {"agent": "ops", "killed": 0}, res
+        late = await gw.call("system.run", _run("ops", OLD, mark, "run-late"))
+        assert not late.ok and "revoked" in str(late.error), late
+        again = await gw.call("system.run", _run("ops", NEW, mark, "run-new"))
+        assert again.ok and again.payload and again.payload["status"] == "running", again
+        assert session is not None and not session.exited
 
 
 async def test_a_revoke_stops_the_agents_sandbox_egress_on_the_node(state_dir: Path) -> None:
