@@ -20,6 +20,9 @@ it without taking it from every run; hostPrivate is the construction there), the
 covered (nothing to reach), /dev (the view's own, made by bwrap: the host's /dev/log is not in it), a
 filesystem no socket can be bound in (proc, sysfs, cgroup, devpts and the other kernel filesystems:
 NO_SOCKETS; one whose superblock is read-only, a squashfs snap) and past MOST layers the innermost ones.
+The directory of every socket the views hide (the gateway's own ssh-agent in /tmp/ssh-X, /tmp not private:
+hostroots.socket_dirs) is a layer of its own wherever no layer shows it, a world-writable tree too (fresh
+round 9 y): no socket beside the hidden one connects.
 An overlay's lower layer is the directory as the view has it before its layer is made: the layers are made
 innermost first, so none is the lower of another (an overlay on an overlay on a Docker host's overlay `/`
 would pass the kernel's stacking depth of 2).
@@ -80,6 +83,7 @@ def layers(
     mounts: Iterable[str] | None = None,
     *,
     system: bool = False,
+    sockets: Iterable[str] = (),
     table: str = MOUNTINFO,
 ) -> list[str]:
     """The home (resolved), then the real directory outside it of each link among its top-level entries
@@ -91,8 +95,13 @@ def layers(
     paths) is: the agent's to write. Nor a linked directory holding or inside a `writable` one (outside
     the home, writable without a bind). With `system`, every other tree of the machine too (each
     top-level directory of `/`, every filesystem mounted below one; `table` when `mounts` is None):
-    see the module's docstring for what is left out. Innermost first (each one's lower layer is the
-    directory as the view has it, never another layer); past MOST, the innermost are left out."""
+    see the module's docstring for what is left out. `sockets` (resolved): the directory of each socket
+    the views hide (the gateway's own ssh-agent, a node's, the Docker engine's), a layer of its own when
+    no layer holds it already, in whatever tree it is (a world-writable one too: `/tmp/ssh-X/agent.1`
+    with /tmp not private), so no socket beside the hidden one connects either; never `/`, one every
+    user may write, the view's own /dev, one at or under `skip` or a writable root, nor one in a
+    filesystem no socket can be bound in. Innermost first (each one's lower layer is the directory as
+    the view has it, never another layer); past MOST, the innermost are left out, never a `sockets` one."""
     if home == os.sep or not os.path.isdir(home):
         return []
     skipped = [os.path.realpath(s) for s in skip]
@@ -122,19 +131,32 @@ def layers(
     if system:
         tops = [t for t in _top_dirs() if t not in kept and t not in inert and _layerable(t, skipped, rw)]
     roots = [*kept, *tops]
-    below = {
-        p
-        for p in points
-        if any(_inside(p, k) and p != k for k in roots)
-        and p not in rw
-        and p not in inert
-        and not any(_inside(p, s) for s in skipped)
-        and not any(_inside(p, v) for v in VIEWS_OWN if system)
-        and not (system and _shared(p) and not any(_inside(p, k) for k in kept))
-        and os.path.isdir(p)
-        and not os.path.islink(p)
-    }
-    found = list(dict.fromkeys([*roots, *below]))
+
+    def below_of(tops: list[str]) -> set[str]:  # the mounts below `tops`, each a layer of its own
+        return {
+            p
+            for p in points
+            if any(_inside(p, k) and p != k for k in tops)
+            and p not in rw
+            and p not in inert
+            and not any(_inside(p, s) for s in skipped)
+            and not any(_inside(p, v) for v in VIEWS_OWN if system)
+            and not (system and _shared(p) and not any(_inside(p, k) for k in kept))
+            and os.path.isdir(p)
+            and not os.path.islink(p)
+        }
+
+    below = below_of(roots)
+    # a filesystem no socket can be bound in needs no layer: inert counts as one
+    shown = {*roots, *below, *inert}
+    own = [
+        d
+        for d in dict.fromkeys(sockets)
+        if _own_layer(d, skipped, rw, system) and not _in_layer(d, shown, set(points))
+    ]
+    below |= below_of(own)
+    roots += own
+    found = list(dict.fromkeys([*own, *roots, *below]))  # a hidden socket's first: never cut off
     if locked():
 
         def layerable(sub: str) -> bool:  # a subdirectory in place of the directory holding it
@@ -146,7 +168,11 @@ def layers(
         # a run of it reaches by name: no layer needed, nor any below it (a run's uid is the gateway's).
         found = [d for d in found if os.access(d, os.X_OK)]
         found = _unlocked(found, [p for p in points if p != os.sep], layerable)
-    chosen = sorted(dict.fromkeys(found), key=lambda p: (p.count(os.sep), p))[:MOST]
+    # the hidden sockets' directories (or, around a locked mount, their subdirectories) are kept whatever
+    # else passes MOST: they are the layers a view counts on (hostroots.shadowed_dirs copies none of them)
+    first = [d for d in dict.fromkeys(found) if any(_inside(d, o) for o in own)][:MOST]
+    rest = sorted((d for d in dict.fromkeys(found) if d not in first), key=lambda p: (p.count(os.sep), p))
+    chosen = [*first, *rest[: MOST - len(first)]]
     return sorted(chosen, key=lambda p: (-p.count(os.sep), p))
 
 
@@ -184,6 +210,31 @@ def _unlocked(dirs: list[str], points: list[str], layerable: Callable[[str], boo
             s for s in subs if s not in points and s not in dirs and layerable(s) and os.access(s, os.X_OK)
         ]
     return out
+
+
+def _own_layer(path: str, skipped: list[str], rw: set[str], system: bool) -> bool:
+    """Whether a hidden socket's directory may be a layer of its own: a directory (not a link), not `/`,
+    the view's own /dev, one every user may write (a read-only view of it would take it from every run:
+    the socket keeps only its own empty file), nor one at or under what is skipped (covered, or the
+    agent's own copy: the host's socket is not in the view at all) or a writable root (the agent's)."""
+    if not system or path == os.sep or not os.path.isdir(path) or os.path.islink(path):
+        return False
+    if any(_inside(path, v) for v in VIEWS_OWN) or _shared(path):
+        return False
+    return not any(_inside(path, s) for s in skipped) and not any(_inside(path, w) for w in rw)
+
+
+def _in_layer(path: str, layered: set[str], points: set[str]) -> bool:
+    """Whether `path` is shown through one of the `layered` directories already (or in a filesystem
+    that needs none): the nearest of them and of the mount `points` at or above it is one of them. A
+    mount between (/tmp's own tmpfs, a writable root's bind) is not in the layer above it: an overlay
+    reaches no mount below its directory."""
+    here = path
+    while here not in layered:
+        if here in points or here == os.sep:
+            return False
+        here = os.path.dirname(here)
+    return True
 
 
 def _top_dirs() -> list[str]:

@@ -165,7 +165,8 @@ def _outside_note(state: str, outside: Outside, cwd: str) -> str | None:
         return None
     writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
     skip = [state, *outside.covered, *private, *other_roots(state, None, outside)]
-    if not any(inside(cwd, d) for d in homelayer.layers(home, skip, writable, system=True)):
+    found = homelayer.layers(home, skip, writable, system=True, sockets=socket_dirs(outside))
+    if not any(inside(cwd, d) for d in found):
         return None
     return (
         f"The workdir {outside.workdir} is outside the home in a tree host runs see read-only (no socket "
@@ -244,11 +245,12 @@ def shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> 
     and ~/.ssh (a ControlMaster socket there is the node's account). Not the home, `/` or a shared
     directory, none holding the home, the state dir or a writable root and none inside a writable root: a
     hidden file there keeps its own bind."""
-    # A hidden socket's directory (/run holding the Docker engine's) is not copied when runs are layered
-    # (the helper is built): under a run's layer no socket connects, bound before the view or after
-    # (engine.commands.homelayer), and the copy went with a budget (512 entries) past which its
-    # directories were bound whole, sockets and all (fresh round 14 c). A hidden file's is: a key rotated
-    # by a rename would show through its bind.
+    # A hidden socket's directory (/run holding the Docker engine's, the gateway's own ssh-agent's) is not
+    # copied when runs are layered (the helper is built): it is a layer of every run, as a tree's or one
+    # of its own (socket_dirs, engine.commands.homelayer.layers `sockets`), where no socket connects,
+    # bound before the view or after, at any depth; the copy had a budget (512 entries, 4 deep) past
+    # which its directories were bound whole, sockets and all (fresh round 14 c). A hidden file's is: a
+    # key rotated by a rename would show through its bind.
     # Not when its directory cannot be one layer (a non-root gateway's /run holding a host mount:
     # homelayer.whole): a socket directly in it is in no layer.
     layered = hostkeeper.helper_path() is not None
@@ -272,6 +274,24 @@ def shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> 
             continue
         keep.append(d)
     return keep
+
+
+def socket_dirs(outside: Outside) -> list[str]:
+    """The directory (resolved) of every socket the views hide (`outside.hidden`: the gateway's own
+    ssh-agent, a node's agent, the Docker engine's, another gateway's), and of every hidden name with
+    nothing there yet (an agent started later binds it there): each a read-only layer of the run's own
+    (engine.commands.homelayer.layers `sockets`), so that no socket in it connects, beside the hidden
+    one too, whatever tree it is in (fresh round 9 y: a 0700 `ssh-AbC` in a world-writable tree, which
+    is not layered, kept its other agent sockets reachable). Not one holding a hidden file now (a node's
+    key): that directory is a copy of its entries (shadowed_dirs), where no socket is either, and a
+    layer would show a key renamed into it."""
+    keys = {os.path.dirname(os.path.realpath(p)) for p in outside.hidden if os.path.isfile(p)}
+    found: list[str] = []
+    for p in outside.hidden:
+        d = os.path.dirname(os.path.realpath(p))
+        if d not in keys and (_socket(p) or not os.path.lexists(p)) and os.path.isdir(d):
+            found.append(d)
+    return list(dict.fromkeys(found))
 
 
 def _socket(path: str) -> bool:

@@ -64,6 +64,7 @@ from engine.commands.hostroots import (
     other_roots,
     outside_roots,
     shadowed_dirs,
+    socket_dirs,
     writable_roots,
 )
 from engine.commands.hosttrust import (
@@ -556,7 +557,9 @@ def run_layers(state: str, outside: Outside = NOTHING_OUTSIDE, *, kept: bool) ->
     writable = [os.path.realpath(os.path.expanduser(w)) for w in outside.writable]
     # another agent's root is covered in the view: no layer of its own (a mount the host has there)
     others = other_roots(state, None, outside)
-    found = homelayer.layers(home, [state, *outside.covered, *private, *others], writable, system=True)
+    skip = [state, *outside.covered, *private, *others]
+    # and the directory of every socket the view hides, in whatever tree (hostroots.socket_dirs)
+    found = homelayer.layers(home, skip, writable, system=True, sockets=socket_dirs(outside))
     if not kept and any(inside(home, os.path.realpath(d)) for d in private):
         found = [d for d in found if d != home]
     return found

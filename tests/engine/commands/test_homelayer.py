@@ -111,6 +111,67 @@ def test_every_tree_of_the_machine_is_a_layer_but_the_writable_roots_and_what_ho
     assert homelayer.layers(str(home), [], [], mounts=[]) == [str(home)]
 
 
+def test_a_hidden_sockets_directory_is_a_layer_in_whatever_tree_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sockets` (fresh round 9 y, a regression of stop 12): the directory of a socket the views hide is a
+    layer of its own when no layer holds it, in a world-writable tree too (the tree is not layered), and
+    kept past MOST; not one a layer holds already, nor `/`, a world-writable one, one skipped or in a
+    writable root, the view's /dev or a filesystem no socket can be bound in."""
+    home, state, pub = tmp_path / "h", tmp_path / "s", tmp_path / "pub"
+    agent, shared, rw = pub / "ssh-AbC", pub / "drop", pub / "w" / "ssh"
+    for d in (home / "ssh", state / "a", agent, shared, rw):
+        d.mkdir(parents=True)
+    pub.chmod(0o1777)
+    shared.chmod(0o1777)
+    sockets = [str(agent), str(agent), str(home / "ssh"), str(state / "a"), str(shared), str(rw), "/", "/dev"]
+    sockets.append("/proc/sys")
+    got = homelayer.layers(str(home), [str(state)], [str(pub / "w")], system=True, sockets=sockets)
+    assert got.count(str(agent)) == 1 and str(home) in got, got
+    for left in (home / "ssh", state / "a", shared, rw, pub, "/", "/dev", "/proc/sys"):
+        assert str(left) not in got, got
+    assert "/usr" in got and got.index(str(agent)) < got.index("/usr"), got  # innermost first
+    # in a tree's layer already (/var): none of its own, unless a mount not layered is between (a
+    # world-writable filesystem mounted in /var: an overlay reaches no mount below its directory)
+    spot = Path(tempfile.mkdtemp(prefix="eh9y-", dir="/var/tmp"))
+    try:
+        (spot / "ssh-X").mkdir(mode=0o700)
+        spot.chmod(0o1777)
+        inner = [str(spot / "ssh-X")]
+        plain = homelayer.layers(str(home), [], [], ["/"], system=True, sockets=inner)
+        assert "/var" in plain and inner[0] not in plain, plain
+        between = homelayer.layers(str(home), [], [], ["/", str(spot)], system=True, sockets=inner)
+        assert inner[0] in between and str(spot) not in between, between
+    finally:
+        shutil.rmtree(spot)
+    # past MOST the innermost are left out, never a hidden socket's directory
+    monkeypatch.setattr(homelayer, "MOST", 2)
+    few = homelayer.layers(str(home), [str(state)], [], system=True, sockets=[str(agent)])
+    assert len(few) == 2 and str(agent) in few, few
+    # without system (the home's layers alone), none
+    assert homelayer.layers(str(home), [], [], mounts=[], sockets=[str(agent)]) == [str(home)]
+
+
+def test_the_hidden_sockets_directories_are_those_of_sockets_and_names_not_there_yet(tmp_path: Path) -> None:
+    """hostroots.socket_dirs: a hidden socket's directory, and a hidden name's with nothing there yet (an
+    agent started later binds it); not a hidden key's (copied: dirshadow), nor one that is not there."""
+    sock_dir, later, keys, gone = tmp_path / "sock", tmp_path / "later", tmp_path / "keys", tmp_path / "gone"
+    for d in (sock_dir, later, keys):
+        d.mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(sock_dir / "agent.1"))
+        (keys / "id_node").write_text("key")
+        server2 = socket.socket(socket.AF_UNIX)
+        server2.bind(str(keys / "agent.2"))  # beside a hidden key: its directory is copied
+        hidden = (sock_dir / "agent.1", later / "agent.1", keys / "id_node", keys / "agent.2", gone / "x")
+        outside = hostoutside.Outside(hidden=tuple(map(str, hidden)))
+        assert hostroots.socket_dirs(outside) == [str(sock_dir), str(later)]
+        server2.close()
+    finally:
+        server.close()
+
+
 def test_a_run_of_its_own_carries_what_bwrap_binds_from_inside_a_layer() -> None:
     """bwrap binds by path and checks the fd: a source inside a layer is put back over it by own-pts; a
     layer holding a source bound elsewhere (or bound whole) is left out."""
