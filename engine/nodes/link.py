@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import itertools
 import logging
 import os
@@ -616,7 +617,9 @@ class NodeLink:
                 jump.close()
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
+        # A fresh context: the link's tasks (its reader above all, and what it answers for the node) are
+        # no caller's, so they never act under the stamp of whichever call happened to open the link.
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

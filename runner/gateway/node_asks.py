@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals import generations as stamps
 from engine.approvals.pending import REVOKED, ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from runner.gateway import node_limits as limits
@@ -65,7 +66,9 @@ async def relay_approval(
         return {"decision": None, "resolvedBy": "too-many-pending"}
     run.asks += 1
     manager = services.approvals
-    if manager.generations.stale(run.agent_id, run.generation):
+    if manager.generations.stale(run.agent_id, run.generation) or (
+        run.stamp is not None and run.stamp.stale()
+    ):
         # Its agent was revoked or rotated since the run began: denied now, never filed, never left to
         # the node's askFallback (which may allow); a denial ends the node's run.
         return revoked_answer(link, run)
@@ -108,12 +111,17 @@ async def relay_approval(
         egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
     )
     while True:
+        # Filed under the proof of the call that started the run (its stamp), never under the context this
+        # frame arrived in: the link's reader is no caller's.
+        authorized = stamps.authorize(run.stamp)
         try:
             record, _ = manager.register(request, generation=run.generation)
         except ApprovalError as exc:
             if exc.code == "AGENT_REVOKED":  # revoked while this run waited (an allow-once taken: asks again)
                 return revoked_answer(link, run)
             return {"decision": None, "resolvedBy": "too-many-pending"}  # the queue caps hold: askFallback
+        finally:
+            stamps.reset(authorized)
         if run.operator and not record.joined and len(record.requesters) <= 1:
             record.by_operator = True  # the operator's own run asked first: no agent's ask (yet)
         run.records.append(record)

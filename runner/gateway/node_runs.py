@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.approvals.generations import Stamp
 from engine.approvals.pending import ApprovalRecord
 from engine.nodes.link import NodeLink
 from engine.nodes.wire import Response
@@ -48,6 +49,9 @@ class NodeRun:
     # revoke or rotation, what its node asks for it is denied at once. None: the operator's run.
     generation: int | None = None
     operator: bool = False  # the operator's own run: its asks shown to no agent (ApprovalRecord.operators)
+    # The stamp of the call that started it (its credential generation and the proof that made its caller
+    # the agent): what its node asks for it later is filed under that proof, and ends with it.
+    stamp: Stamp | None = None
 
     def where(self) -> str:
         """Where it ran, in the words every result uses (`details.ranOn`)."""

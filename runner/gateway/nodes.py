@@ -10,6 +10,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals import generations as stamps
 from engine.commands import gatewaydirs, hostoutside
 from engine.jsontext import INT_MAX
 from engine.nodes.gateway_key import GatewayKey
@@ -309,6 +310,7 @@ class NodeHub:
             place=place,
             generation=ctx.generation,
             operator=ctx.operator,
+            stamp=stamps.stamped(),
         )
         run.instance = link.hello.instance if link.hello is not None else ""
         self.keys.give(link.name, events_key)  # its background sessions may report under it later
