@@ -4,6 +4,7 @@ its own uid, and a gateway that is not root is unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -15,6 +16,7 @@ import pytest
 
 from engine import statefs
 from engine.sandbox import SandboxManager, bwraprecords, prepare_exec, sandboxuid
+from engine.sessions import RunSpec
 from tests.helpers.bwrap import bwrap_config, bwrap_mgr, needs_bwrap, run
 
 pytestmark = [
@@ -54,6 +56,31 @@ async def test_the_sandbox_is_its_agents_own_unprivileged_uid_on_the_host(bwrap_
     assert record is not None and record["uid"] == uid
     inside = _host_uids(int(record["pid"])) - {0}  # (the keeper stays root: it sets the limits)
     assert inside == {uid}, inside
+
+
+async def test_a_terminal_in_the_sandbox_is_its_uid_too(bwrap_mgr: SandboxManager) -> None:
+    """A terminal joins the sandbox by nsenter: with the gateway's credentials kept it was host root in the
+    sandbox's namespaces (its files root's); it is the namespace's root, so the sandbox's uid."""
+    sx = await prepare_exec(bwrap_config(), "main", "s", None, manager=bwrap_mgr)
+    await run(sx, "echo x > by-pipes.txt")
+    handle = await sx.launcher.spawn(RunSpec(command="sh", cwd=sx.cwd, env={}, pty=True, cols=80, rows=24))
+    await handle.write(
+        b"echo x > /workspace/by-pty.txt; cat /usr/local/etc/none 2>/dev/null; echo done-$((6*7))\n"
+    )
+    buf = b""
+    async with asyncio.timeout(10):
+        while b"done-42" not in buf:
+            chunk = await handle.read()
+            assert chunk is not None, buf
+            buf += chunk[1]
+    await handle.write(b"exit 0\n")
+    while await handle.read() is not None:
+        pass
+    await handle.wait()
+    handle.close()
+    owner = os.stat(Path(sx.workspace_dir, "by-pipes.txt")).st_uid
+    assert sandboxuid.is_sandbox_uid(owner)
+    assert os.stat(Path(sx.workspace_dir, "by-pty.txt")).st_uid == owner
 
 
 async def test_a_root_only_file_anywhere_in_the_view_is_refused(bwrap_mgr: SandboxManager) -> None:
