@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine import statefs
-from engine.sandbox import SandboxManager, bwraprecords, prepare_exec, sandboxuid
+from engine.sandbox import SandboxManager, admin, bwraprecords, prepare_exec, sandboxuid
 from engine.sessions import RunSpec
 from tests.helpers.bwrap import bwrap_config, bwrap_mgr, needs_bwrap, run
 
@@ -56,6 +56,7 @@ async def test_the_sandbox_is_its_agents_own_unprivileged_uid_on_the_host(bwrap_
     assert record is not None and record["uid"] == uid
     inside = _host_uids(int(record["pid"])) - {0}  # (the keeper stays root: it sets the limits)
     assert inside == {uid}, inside
+    assert admin.explain(bwrap_config(), "main", "s")["bwrap"]["hostUid"] == uid  # what the operator sees
 
 
 async def test_a_terminal_in_the_sandbox_is_its_uid_too(bwrap_mgr: SandboxManager) -> None:
