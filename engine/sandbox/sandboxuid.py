@@ -133,16 +133,18 @@ def give_control(path: Path, uid: int) -> None:
 
 STAGE = "/mnt"  # where, in a mount namespace of the keeper's own, the sandbox's private sources are bound
 # Run as root (the gateway's uid) in a new mount namespace (unshare), before own-pts and the drop: a tmpfs
-# at STAGE, then each source bound there (by the path bwrap itself resolved, as root, before: bwrap 0.8
-# realpaths even a /proc/self/fd source, and a fd of the parent namespace cannot be bound in a new one), so
-# bwrap, as the sandbox's uid, reaches each by a path it may search. Nothing else of the host changes: the
-# namespace is the sandbox's, and ends with it.
+# at STAGE, then each source bound there, so bwrap, as the sandbox's uid, reaches each by a path it may
+# search. A docker.binds source comes as bindfds' fd (/proc/self/fd/N, inherited): it is resolved to the
+# checked directory's path at that moment, as bwrap 0.8 itself realpaths a `--bind-fd` source, since a fd of
+# the parent mount namespace cannot be bound in a new one. Nothing else of the host changes: the namespace
+# is the sandbox's, and ends with it.
 STAGE_SH = (
     "b=$1\nshift\n"
     f"$b mount -t tmpfs -o mode=0755,size=64k exechost-stage {STAGE} || exit 126\ni=0\n"
     'while [ "$1" != -- ]; do\n'
-    f'  t={STAGE}/$i\n  if [ -d "$1" ]; then $b mkdir "$t"; else : > "$t"; fi\n'
-    '  $b mount -o bind "$1" "$t" || exit 126\n  i=$((i+1))\n  shift\ndone\nshift\nexec "$@"\n'
+    '  s=$1\n  case $s in /proc/self/fd/*) s=$($b readlink -f "$s") || exit 126;; esac\n'
+    f'  t={STAGE}/$i\n  if [ -d "$s" ]; then $b mkdir "$t"; else : > "$t"; fi\n'
+    '  $b mount -o bind "$s" "$t" || exit 126\n  i=$((i+1))\n  shift\ndone\nshift\nexec "$@"\n'
 )
 _SOURCES = {"--bind": "--bind", "--ro-bind": "--ro-bind", "--bind-fd": "--bind", "--ro-bind-fd": "--ro-bind"}
 _SYSTEM = ("/etc/", "/proc/", "/dev/")  # reached by path by every uid: the host's own, never the gateway's
@@ -165,9 +167,9 @@ def stage(argv: list[str], bwrap: str, busybox: str = "") -> list[str]:
         flag = out[i]
         if flag in _SOURCES and i + 2 < len(out) and not _system(out[i + 1]):
             source = out[i + 1]
-            if flag.endswith("-fd"):  # bindfds' checked source, by the path bwrap resolved it by
-                source = os.readlink(f"/proc/self/fd/{int(source)}")
-            if not os.path.lexists(source):  # left to bwrap, which says so ("Can't find source path")
+            if flag.endswith("-fd"):  # bindfds' checked source: resolved from its fd when it is bound
+                source = f"/proc/self/fd/{int(source)}"
+            elif not os.path.lexists(source):  # left to bwrap, which says so ("Can't find source path")
                 i += 3
                 continue
             out[i : i + 2] = [_SOURCES[flag], f"{STAGE}/{len(staged)}"]
