@@ -13,8 +13,10 @@ from engine.sandbox import (
     bwraplimits,
     bwrapview,
     docker_ops,
+    dockercg,
     landlock,
     rambudget,
+    sandboxuid,
     seccomp,
     wsprune,
 )
@@ -123,7 +125,11 @@ def explain(
     except SandboxSecurityError as exc:
         if b.enabled:
             problems.append(f"browser: {exc}")
-    bw = _bwrap_explained(settings, lay, problems) if settings.backend == "bwrap" else None
+    bw = (
+        _bwrap_explained(settings, lay, problems, namespace + agent_id)
+        if settings.backend == "bwrap"
+        else None
+    )
     allow, deny = config.sandbox_tools_for(agent_id) if config is not None else ([], [])
     elevated = (
         bool(config.elevated_enabled_for(agent_id)) if hasattr(config, "elevated_enabled_for") else False
@@ -235,8 +241,11 @@ def _host_view_explained(config: Any, agent_id: str, problems: list[str]) -> dic
 SECCOMP_SHOWN = "<fd: libseccomp filter>"
 
 
-def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]) -> dict[str, Any]:
-    """The bwrap argv the scope's sandbox starts with (env values redacted), and what bounds it."""
+def _bwrap_explained(
+    settings: SandboxSettings, lay: Layout, problems: list[str], agent: str
+) -> dict[str, Any]:
+    """The bwrap argv the scope's sandbox starts with (env values redacted), and what bounds it; its host
+    uid under a root gateway (engine.sandbox.sandboxuid; None: the gateway's own)."""
     try:
         exe = bwrapview.find_bwrap()
     except docker_ops.SandboxUnavailable as exc:
@@ -269,8 +278,14 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
         argv, limits, shown_env = [], {}, {}
     if d.network not in ("", "none"):
         problems.append(f'bwrap: docker.network = "{d.network}" is not available here (no network)')
+    try:
+        host_uid = sandboxuid.for_owner(dockercg.owner_of(settings.scope, agent))
+    except docker_ops.SandboxUnavailable as exc:
+        problems.append(str(exc))
+        host_uid = None
     return {
         "rootfs": settings.bwrap_rootfs,
+        "hostUid": host_uid,
         "argv": argv,
         "env": shown_env,
         "rlimits": limits,

@@ -13,6 +13,7 @@ engine.sandbox.bwraprecords'; a PTY in it engine.sandbox.bwrapterm's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import resource
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import bindfds, bwrapmemory, dockercg, landlock, usershare
+from engine.sandbox import bindfds, bwrapmemory, dockercg, landlock, sandboxuid, usershare
 from engine.sandbox import supervisor as sv
 from engine.sandbox.bwraplimits import (
     budget_lock,
@@ -135,6 +136,13 @@ def start(
     layer = landlock.status(settings.bwrap_landlock, build=True)
     if not layer.active and layer.abi and settings.bwrap_landlock:
         log.warning("bwrap sandbox %s starts without landlock: %s", lay.name, layer.reason)
+    # Under a root gateway the sandbox is a uid of its own that owns nothing else (engine.sandbox.sandboxuid):
+    # its workspace and control dir are handed to it first, so it still writes there and nowhere else.
+    uid = sandboxuid.for_owner(owner)
+    drop = sandboxuid.drop_to(uid)
+    if uid is not None:
+        sandboxuid.give_tree(lay.workspace_dir, uid)
+        sandboxuid.give_control(sv.ctl_dir(lay.name), uid)
     with budget_lock():
         # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
         binds = bindfds.open_binds(settings.docker, bind_roots(lay))
@@ -142,7 +150,7 @@ def start(
         userns = None
         try:
             fd = seccomp_fd()
-            userns = usershare.user_namespace()  # its share of the gateway user's inotify counts
+            userns = usershare.user_namespace(drop)  # its share of the gateway user's inotify counts
             command = sv.supervisor_command(has_busybox)
             how = plan(
                 settings,
@@ -154,7 +162,13 @@ def start(
                 layer=layer,
                 binds=binds,
                 userns=userns,
+                drop=drop,
             )
+            if uid is not None:  # (bwrap, as that uid, reaches its private sources where they are staged)
+                staged = sandboxuid.stage(
+                    how.argv, bwrap, str(sv.bin_dir() / "busybox") if has_busybox else ""
+                )
+                how = dataclasses.replace(how, argv=staged)
             check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = pids_cgroup(lay.name, how.pids_limit, owner)
             memory = bwrapmemory.memory_cgroup(lay.name, owner, settings.docker.memory)
@@ -173,7 +187,7 @@ def start(
                     os.close(held)
             bindfds.close(binds)
         return _adopt_keeper(
-            settings, lay, how, keeper, (group, memory), owner, config_hash, created_at_ms, layer
+            settings, lay, how, keeper, (group, memory), owner, config_hash, created_at_ms, layer, uid
         )
 
 
@@ -214,6 +228,7 @@ def _adopt_keeper(
     config_hash: str,
     created_at_ms: int,
     layer: landlock.Status,
+    uid: int | None = None,
 ) -> list[str]:
     """Limits and record for the waiting keeper, then `go`; the keeper is killed if any fails."""
     assert keeper.stdin is not None
@@ -233,6 +248,7 @@ def _adopt_keeper(
             "owner": owner,
             "tmpfsBytes": how.tmpfs_bytes,
             "landlock": layer.to_dict(),
+            "uid": uid,  # its host uid under a root gateway (engine.sandbox.sandboxuid); None: the gateway's
         }
         write_record(lay.name, record)
         keeper.stdin.write(b"go\n")

@@ -65,14 +65,18 @@ async def terminal(
             joined=True,
         )
         enter = [f"--{kind}=/proc/self/fd/{ns}" for kind, ns in namespaces.items()]
-        argv = [nsenter, *enter, "--preserve-credentials", "--", *how.argv]
+        record = read_record(lay.name)
+        # A sandbox of its own uid (a root gateway's: engine.sandbox.sandboxuid): nsenter becomes its root,
+        # which is that uid on the host, never the gateway's root; else the gateway's own credentials.
+        own_uid = record is not None and isinstance(record.get("uid"), int)
+        keep = [] if own_uid else ["--preserve-credentials"]
+        argv = [nsenter, *enter, *keep, "--", *how.argv]
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = sysbin.which("prlimit")
         argv = [prlimit, *limits, "--", *argv] if prlimit else argv
         # Into the scope's pids cgroup first (RLIMIT_NPROC does not bind uid 0): a terminal counts
         # against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
         # Its memory group too: its pages are the sandbox's (engine.sandbox.bwrapmemory).
-        record = read_record(lay.name)
         wanted = (
             (record.get("cgroup") if how.pids_limit else None, record.get("memoryCgroup")) if record else ()
         )

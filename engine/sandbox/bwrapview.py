@@ -57,7 +57,7 @@ HOST_ETC = (
     "bash.bashrc",
     "shells",
     "alternatives",
-    "ssl/certs",  # never ssl/ whole: ssl/private holds the host's TLS keys, and the sandbox's uid may be 0
+    "ssl/certs",  # never ssl/ whole: ssl/private holds the host's TLS keys
     "ssl/openssl.cnf",
     "ca-certificates",
     "os-release",
@@ -135,6 +135,7 @@ def plan(
     binds: Sequence[bindfds.Bind] = (),
     joined: bool = False,
     userns: int | None = None,
+    drop: Sequence[str] = (),
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
@@ -146,7 +147,8 @@ def plan(
     plan that is only shown. `joined`: bwrap runs in the scope's running sandbox (a terminal, in its
     namespaces: terminal()) and takes that view whole, its tmpfs mounts and binds the same ones, never new
     (`binds` then only name the landlock grants): the grants, seccomp, limits and env are the same.
-    `userns`: an fd of the user namespace bwrap joins in place of making one (engine.sandbox.usershare)."""
+    `userns`: an fd of the user namespace bwrap joins in place of making one (engine.sandbox.usershare).
+    `drop`: what runs bwrap as the sandbox's own uid under a root gateway (engine.sandbox.sandboxuid)."""
     d = settings.docker
     view = system_view(settings.bwrap_rootfs)
     # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
@@ -160,7 +162,7 @@ def plan(
         argv = [bwrap, "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         argv += ["--dev-bind", "/", "/"]  # every mount as the sandbox has it (nosuid added; ro stays ro)
     else:
-        argv = _own_view(bwrap, view, userns)
+        argv = _own_view(bwrap, view, userns, drop)
     pinned = 0 if joined else SHM_BYTES
     for entry in d.tmpfs or ("/tmp",):
         path, size = _tmpfs(entry)
@@ -227,7 +229,7 @@ def plan(
     return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
 
 
-def _own_view(bwrap: str, view: list[str], userns: int | None = None) -> list[str]:
+def _own_view(bwrap: str, view: list[str], userns: int | None = None, drop: Sequence[str] = ()) -> list[str]:
     """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new.
 
     Its /dev/pts is the devpts instance exechost-hostenter's `own-pts` makes (at most RUN_PTYS
@@ -240,7 +242,8 @@ def _own_view(bwrap: str, view: list[str], userns: int | None = None) -> list[st
     pts = ["--dev-bind", "/dev/pts", "/dev/pts"] if helper is not None else []
     user = ["--unshare-user"] if userns is None else ["--userns", str(userns)]
     return [
-        *own_pts,
+        *own_pts,  # (as the gateway: its mount namespace and devpts are made before bwrap drops to its uid)
+        *drop,
         bwrap,
         *user,
         "--unshare-pid",
@@ -257,9 +260,8 @@ def _own_view(bwrap: str, view: list[str], userns: int | None = None) -> list[st
         *view,
         "--proc",
         "/proc",
-        # The sandbox's uid is the caller's: under a root gateway that is root on the host (without
-        # capabilities), and sysctl files check only the uid, so /proc/sys must be read-only, or a command
-        # could write kernel.core_pattern and run a program as root on the host (tests/attacks).
+        # Read-only whatever the sandbox's uid: sysctl files check only the uid, and a sandbox that ran as
+        # host root (before engine.sandbox.sandboxuid) could write kernel.core_pattern (tests/attacks).
         "--ro-bind",
         "/proc/sys",
         "/proc/sys",

@@ -14,7 +14,7 @@ from typing import Any
 from engine import fairpool, statefs
 from engine.errors import ExecHostError
 from engine.principals import MAIN_AGENT, key_owner
-from engine.sandbox import agentcap, bwrap, docker_ops, wsbudget, wsfs
+from engine.sandbox import agentcap, bwrap, docker_ops, dockercg, sandboxuid, wsbudget, wsfs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
 from engine.sandbox.egress import forwarder
@@ -250,6 +250,9 @@ class SandboxManager:
         if self.egress is not None:
             user = settings.docker.user or workspace_user(lay.workspace_dir)
             uid = os.geteuid() if settings.backend == BWRAP or user is None else _numeric_uid(user)
+            if settings.backend == BWRAP:  # a root gateway's bwrap sandbox is a uid of its own (sandboxuid)
+                owner = dockercg.owner_of(settings.scope, split_namespace(lay.scope_key)[0] + agent_id)
+                uid = sandboxuid.for_owner(owner) or uid
             # Its connections' principal is the scope's owner: on a shared node the gateway's namespace
             # and agent (their allow-always names, grants, asks and history are that gateway's agent's).
             await self.egress(lay.name, split_namespace(lay.scope_key)[0] + agent_id, uid)

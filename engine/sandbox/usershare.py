@@ -8,9 +8,9 @@ The kernel charges a count to the namespace the process is in and to every names
 checked against its own `/proc/sys/user/max_*`; a namespace made here with its maxima at SHARE of the
 gateway's leaves the rest to everyone else, whatever the sandbox does (its seccomp filter refuses making a
 namespace of its own, which would be charged here too). bwrap joins it (`--userns FD`) in place of
-`--unshare-user`, mapping as bwrap maps a root gateway's (0 to 0, one id). Root gateways only: a namespace
-that maps another uid cannot set its own maxima (execve drops the capabilities), so a gateway that is not
-root keeps bwrap's own namespace (docs/SECURITY.md).
+`--unshare-user`. Root gateways only: the namespace is made by the sandbox's own uid
+(engine.sandbox.sandboxuid), mapping its root inside to that uid, one id, and bwrap runs as that uid to join
+it; a gateway that is not root keeps bwrap's own namespace (docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ def _maxima() -> dict[str, int]:
     return out
 
 
-def user_namespace() -> int | None:
+def user_namespace(drop: list[str] | None = None) -> int | None:
     """An fd of a new user namespace with its maxima set (the caller passes it to bwrap and closes it);
-    None where it cannot be made (not root, no unshare, a kernel without the files): bwrap makes its own."""
+    None where it cannot be made (not root, no unshare, a kernel without the files): bwrap makes its own.
+    `drop` (engine.sandbox.sandboxuid.drop_to): made by the sandbox's own uid, so it maps the sandbox's root
+    to that uid and bwrap, running as it, may join it."""
     unshare = sysbin.which("unshare")
     if os.geteuid() != 0 or unshare is None:
         return None
@@ -45,7 +47,7 @@ def user_namespace() -> int | None:
     script = "".join(f"echo {n} > /proc/sys/user/{name} && " for name, n in maxima.items())
     script += "echo ready && exec cat > /dev/null"
     proc = subprocess.Popen(
-        [unshare, "--user", "--map-root-user", "--", "/bin/sh", "-c", script],
+        [*(drop or ()), unshare, "--user", "--map-root-user", "--", "/bin/sh", "-c", script],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

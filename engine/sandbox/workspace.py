@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 
 from engine.errors import ExecHostError
-from engine.sandbox import beneath
+from engine.sandbox import beneath, sandboxuid
 
 
 class WorkspaceError(ExecHostError):
@@ -39,7 +39,7 @@ def _check(fd: int, shown: str) -> None:
     st = os.fstat(fd)
     if not stat.S_ISDIR(st.st_mode):
         raise WorkspaceError(f"sandbox workspace {shown} is not a directory")
-    if st.st_uid not in (os.geteuid(), 0):
+    if st.st_uid not in (os.geteuid(), 0) and not sandboxuid.is_sandbox_uid(st.st_uid):
         raise WorkspaceError(f"sandbox workspace {shown} is owned by uid {st.st_uid}, not by this user")
 
 

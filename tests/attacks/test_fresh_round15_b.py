@@ -289,12 +289,6 @@ async def test_class1_another_gateways_node_login_key_is_a_host_runs(state_dir: 
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root gateway's bwrap sandbox"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a root gateway's bwrap sandbox is host uid 0 (capabilities dropped, DAC as the owner): "
-    "/usr is bound whole, so a root-only file under it (an admin's /usr/local/etc secret, 0600 in a 0700 "
-    "dir) is the agent's to read; only /etc is an allowlist.",
-)
 async def test_class1_a_root_gateways_bwrap_sandbox_reads_root_only_files_under_usr(state_dir: Path) -> None:
     """The operator (root) keeps a backup credential in /usr/local/etc, 0600 in a 0700 dir: no other
     account reads it. The agent's bwrap sandbox does."""
