@@ -224,13 +224,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
+    from runner import daemonproc
     from runner.gateway.server import GatewayBusy, run_gateway
 
+    notes = daemonproc.settle()  # first: it may re-exec (nothing its starter handed it lasts)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    daemonproc.log_notes(notes)
     from engine.sessions import procs
 
     procs.raise_open_file_limit()  # thousands of idle sessions at ~4 fds each (issue 19)

@@ -53,15 +53,19 @@ def register(subparsers: Subparsers) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     if not args.stdio:
         raise UsageError("node serve needs --stdio (the gateway runs it over SSH)")
+    from runner import daemonproc
     from runner.node.serve import serve_stdio
 
-    return asyncio.run(serve_stdio())
+    notes = daemonproc.settle()  # first: it may re-exec (sshd's or a login's process state does not last)
+    return asyncio.run(serve_stdio(notes))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from runner import daemonproc
     from runner.node.service import run_service
 
-    return asyncio.run(run_service())
+    notes = daemonproc.settle()  # first: it may re-exec
+    return asyncio.run(run_service(notes))
 
 
 def unit_text(system: bool = False) -> str:

@@ -37,6 +37,7 @@ from engine.nodes.wire import (
 )
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecTool
+from runner import daemonproc
 from runner.node import gateways
 from runner.node.approvals import RelayedApprovals
 from runner.node.budget import BadFrames
@@ -452,8 +453,9 @@ class NodeServer:
                 self.approvals.close()  # the gateway left and this process goes with it: asks fall back
 
 
-async def serve_stdio() -> int:
+async def serve_stdio(notes: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="exechost node: %(message)s")
+    daemonproc.log_notes(notes or [])
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)

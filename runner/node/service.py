@@ -15,6 +15,7 @@ from engine import statefs, unixsock
 from engine.commands import hostoutside
 from engine.errors import ExecHostError
 from engine.nodes.wire import MAX_LINE
+from runner import daemonproc
 from runner.node.relay import peer_is_us, socket_path
 
 log = logging.getLogger("exechost.node")
@@ -133,9 +134,10 @@ class NodeService:
             self._lock_fd = None
 
 
-async def run_service() -> int:
+async def run_service(notes: list[str] | None = None) -> int:
     """`exechost node run`: serve until SIGTERM/SIGINT; then the sessions are killed, as a gateway's are."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="exechost node: %(message)s")
+    daemonproc.log_notes(notes or [])
     refused = hostoutside.home_refused()
     if refused:  # as the gateway does: every view this node makes would protect the wrong home
         print(f"exechost node run: {refused}", file=sys.stderr)
