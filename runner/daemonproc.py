@@ -84,14 +84,14 @@ def log_notes(notes: list[str]) -> None:
 
 
 def _personality() -> list[str]:
-    if os.environ.pop(REEXEC_ENV, None) is not None:
-        now = _libc_personality(QUERY)
-        return [] if now == PER_LINUX else [f"its personality is {now:#x} (it could not be reset)"]
+    once = os.environ.pop(REEXEC_ENV, None) is not None  # (bounds the re-exec to one, skips nothing)
     current = _libc_personality(QUERY)
     if current in (PER_LINUX, None):
         return []
     if _libc_personality(PER_LINUX) is None or _libc_personality(QUERY) != PER_LINUX:
         return [f"its personality is {current:#x} (it could not be reset)"]
+    if once:
+        return [f"its personality was {current:#x} again after its re-exec: reset for its runs only"]
     # The address space was laid out under the starter's personality: only a new exec lays it out anew.
     os.environ[REEXEC_ENV] = "1"
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606 (itself, as it was started)
