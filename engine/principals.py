@@ -89,6 +89,22 @@ def operator_key(key: str) -> str:
     return key if key_owner(key) is None else f"{OPERATOR_SCOPE}:{key}"
 
 
+def is_operators(scope: str) -> bool:
+    """Whether a scope is the operator's own (`operator` or `operator:…`): no agent's key is ever one
+    (an agent's keys are `agent:<id>…` by own_key; its sandbox scopes `agent:<id>…` or the shared one)."""
+    return scope == OPERATOR_SCOPE or scope.startswith(f"{OPERATOR_SCOPE}:")
+
+
+def operator_scope(scope: str) -> str:
+    """The operator's own counterpart of the sandbox scope a call names (a browser's: its profile, cookies,
+    tabs): always under `operator:`, unlike operator_key, since an ownerless scope such as the shared one
+    is every agent's, not the operator's alone. `agent:main` is `operator:agent:main`. Idempotent."""
+    scope = scope.strip()
+    if not scope or is_operators(scope):
+        return scope or OPERATOR_SCOPE
+    return f"{OPERATOR_SCOPE}:{scope}"
+
+
 def own_key(agent: str, key: str) -> str:
     """The scope a non-operator caller's `sessionKey` names: its own key unchanged, anything else moved
     into its own namespace (agent main's plain `s1` is `agent:main:s1`). A guessed `agent:victim:…` thus

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from engine.principals import key_owner
+from engine.principals import is_operators, key_owner
 from engine.sandbox.backend import backend_named
 from engine.sandbox.registry import RegistryEntry
 from engine.sandbox.settings import is_shared, split_namespace
@@ -34,6 +34,8 @@ def owner_of(entry: RegistryEntry) -> str | None:
     """Whose a sandbox on record is: its agent, under the gateway's namespace its scope key was filed in
     on a shared node (settings.scope_key), so one gateway's agent never counts or ends another's."""
     namespace, own = split_namespace(entry.sessionKey)
+    if is_operators(own):  # the operator's own (its browser naming an agent for policy): no agent's to count
+        return None
     agent = entry.agentId or key_owner(own)
     return namespace + agent if agent else None
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.principals import is_operators, operator_scope
 from engine.sandbox import agentcap, docker_ops, dockercg, wsbudget, wsfs
 from engine.sandbox.manager import SandboxError, refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
@@ -31,12 +32,14 @@ from engine.sandbox.settings import (
     layout,
     split_namespace,
     state_id,
+    workspace_name,
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
 from engine.sandbox.workspace import WorkspaceError, chown_dir, ensure_dir, workspace_user
 from engine.unixsock import peer_info
 
 BROWSER_LABEL = "openclaw.sandboxBrowser"
+OPERATOR_GROUP = "operator"  # no agent's (dockercg.owner_of: `agent-<slug>` or `shared`)
 REGISTRY_FILE = "sandbox-browsers.json"
 SOCKET_MOUNT = "/.exechost-browser"
 CDP_SOCKET = "cdp.sock"
@@ -106,14 +109,25 @@ def browser_sockets(name: str) -> tuple[str, str]:
     return str(socket_dir / CDP_SOCKET), str(socket_dir / NOVNC_SOCKET)
 
 
-def browser_layout(settings: SandboxSettings, agent_id: str, session_key: str) -> BrowserLayout:
+def browser_layout(
+    settings: SandboxSettings, agent_id: str, session_key: str, *, operator: bool = False
+) -> BrowserLayout:
+    """The browser a call uses. `operator`: the operator's own call, which names the agent for policy only
+    (its settings): its browser is the operator's (principals.operator_scope of the scope the agent would
+    use; its own container, profile, sockets and workspace), never the agent's, so neither leaves state
+    the other reads (docs/SECURITY.md, Principals)."""
     lay = layout(settings, agent_id, session_key)
+    key, workspace = lay.scope_key, lay.workspace_dir
+    if operator:
+        # Its own empty workspace too: the agent's files (a page it planted) are not the operator's view.
+        key = operator_scope(key)
+        workspace = str(Path(settings.workspace_root) / workspace_name(key))
     named = replace(
         settings, docker=replace(settings.docker, container_prefix=settings.browser.container_prefix)
     )
-    name = container_name(named, lay.scope_key)
+    name = container_name(named, key)
     socket_dir = os.path.dirname(browser_sockets(name)[0])
-    return BrowserLayout(lay.scope_key, name, socket_dir, lay.workspace_dir, settings.docker.workdir)
+    return BrowserLayout(key, name, socket_dir, workspace, settings.docker.workdir)
 
 
 def effective_docker(settings: SandboxSettings) -> Any:
@@ -181,7 +195,9 @@ def create_kwargs(
         **docker_ops.hardening_kwargs(d, user),
     }
     # in its owner's groups with the owner's sandboxes: a browser per scope was outside every cap (round 10 b)
-    parent = dockercg.parent_for(dockercg.owner_of(settings.scope, agent_id))
+    # (the operator's own browser: a group of its own, no agent's budget; an agent's load never starves it)
+    owner = OPERATOR_GROUP if is_operators(blay.scope_key) else dockercg.owner_of(settings.scope, agent_id)
+    parent = dockercg.parent_for(owner)
     if parent is not None:
         kwargs["cgroup_parent"] = parent
     return kwargs

@@ -20,6 +20,7 @@ import os
 import stat
 from dataclasses import dataclass
 
+from engine.principals import is_operators
 from engine.sandbox import beneath
 from engine.sandbox.settings import SandboxSettings, split_namespace
 from engine.sandbox.workspace import WorkspaceError
@@ -46,7 +47,7 @@ def for_scope(settings: SandboxSettings, scope_key: str, agent_id: str) -> Budge
     """Whose a scope's workspace is: its agent, under its gateway's namespace on a shared node (as
     engine.sandbox.agentcap counts sandboxes); the shared scope's is nobody's. Taken from the settings at
     each start, never kept: a changed config applies to the next workspace."""
-    if settings.scope == "shared":
+    if settings.scope == "shared" or is_operators(scope_key):  # (the operator's own: no agent's budget)
         return None
     parts = SESSION_PARTS if settings.scope == "session" else 1
     return Budget(split_namespace(scope_key)[0] + agent_id, settings.max_workspace_bytes, parts)

@@ -1,7 +1,8 @@
 """The gateway's browser sandboxes: containers (engine), the loopback door (tokens), the agent's tool.
 
-One place decides which browser a call means (the agent/session's scope, like exec's sandbox), starts it
-when `autoStart` allows, opens its door, and tells subscribers what changed.
+One place decides which browser a call means (the agent/session's scope, like exec's sandbox; the operator's
+own calls a browser of the operator's), starts it when `autoStart` allows, opens its door, and tells
+subscribers what changed.
 """
 
 from __future__ import annotations
@@ -62,10 +63,14 @@ class BrowserHub:
         tool: BrowserTool = tools.BrowserTool()
         return tool
 
-    def resolve(self, agent_id: str, session_key: str) -> tuple[SandboxSettings, BrowserLayout]:
+    def resolve(
+        self, agent_id: str, session_key: str, *, operator: bool = False
+    ) -> tuple[SandboxSettings, BrowserLayout]:
+        """The agent's settings, and the browser they apply to: the agent's scope's, or with `operator`
+        (the operator's own call, naming the agent for policy) the operator's own (browser_layout)."""
         settings = resolve_settings(self._services.config(), agent_id)
         key = session_key or main_session_key(agent_id)
-        layout: BrowserLayout = browsers.browser_layout(settings, agent_id, key)
+        layout: BrowserLayout = browsers.browser_layout(settings, agent_id, key, operator=operator)
         return settings, layout
 
     async def _endpoint(self, name: str) -> str:
@@ -78,14 +83,15 @@ class BrowserHub:
         assert url is not None
         return url
 
-    async def start(self, agent_id: str, session_key: str) -> dict[str, Any]:
-        settings, blay = self.resolve(agent_id, session_key)
+    async def start(self, agent_id: str, session_key: str, *, operator: bool = False) -> dict[str, Any]:
+        settings, blay = self.resolve(agent_id, session_key, operator=operator)
         if not settings.browser.enabled:
             raise ToolError(DISABLED.format(agent=agent_id))
         cap = agentcap.cap_for(self._services.config(), agent_id)
         try:
             async with self._agent_locks.setdefault(agent_id, asyncio.Lock()):  # one start at a time counts
-                for name in await self.manager.over_cap(blay, agent_id, cap):
+                # (the operator's own browser is no agent's to count, and never ends one of the agent's)
+                for name in [] if operator else await self.manager.over_cap(blay, agent_id, cap):
                     await self.stop(agent_id, session_key, name)
                 warnings = await self.manager.ensure(settings, blay, agent_id)
         except (SandboxError, docker_ops.SandboxUnavailable) as exc:
@@ -161,14 +167,17 @@ class BrowserHub:
         await self.tool.run(endpoint, {"action": "screenshot"})
         self._changed(name, "screenshot")
 
-    async def call(self, agent_id: str, session_key: str, params: dict[str, Any]) -> ToolResult:
-        """The agent's `browser` tool call, in its scope's browser sandbox."""
-        settings, blay = self.resolve(agent_id, session_key)
+    async def call(
+        self, agent_id: str, session_key: str, params: dict[str, Any], *, operator: bool = False
+    ) -> ToolResult:
+        """The `browser` tool call: an agent's in its scope's browser sandbox, the operator's (`operator`)
+        in the operator's own, whatever agent it names for policy (the caller owns the state it browses)."""
+        settings, blay = self.resolve(agent_id, session_key, operator=operator)
         if not settings.browser.enabled:
             raise ToolError(DISABLED.format(agent=agent_id))
         expected = browsers.browser_hash(settings, blay)
         if self._ready.get(blay.name) != expected:  # warm calls skip Docker entirely
-            await self._bring_up(settings, blay, agent_id, session_key)
+            await self._bring_up(settings, blay, agent_id, session_key, operator)
             self._ready[blay.name] = expected
         else:
             await self.manager.touch(blay.name)
@@ -180,7 +189,7 @@ class BrowserHub:
                 # Removed or restarted behind our back: bring it up again (autoStart permitting), once.
                 self._ready.pop(blay.name, None)
                 await self.tool.forget(endpoint)
-                await self._bring_up(settings, blay, agent_id, session_key)
+                await self._bring_up(settings, blay, agent_id, session_key, operator)
                 self._ready[blay.name] = expected
                 result = await self.tool.run(await self._endpoint(blay.name), params)
         except ToolError as exc:
@@ -194,13 +203,14 @@ class BrowserHub:
         return result
 
     async def _bring_up(
-        self, settings: SandboxSettings, blay: BrowserLayout, agent_id: str, session_key: str
+        self, settings: SandboxSettings, blay: BrowserLayout, agent_id: str, session_key: str, operator: bool
     ) -> None:
-        if not settings.browser.auto_start:
+        # autoStart = false keeps starting a browser the operator's decision: its own call is that decision.
+        if not settings.browser.auto_start and not operator:
             info = await self.manager.info(blay.name)
             if info is None or not info.running:
                 raise ToolError(NOT_STARTED.format(name=blay.name, agent=agent_id))
-        await self.start(agent_id, session_key)
+        await self.start(agent_id, session_key, operator=operator)
 
     def _changed(self, name: str, what: str) -> None:
         self._services.broadcast(

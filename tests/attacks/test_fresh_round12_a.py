@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.approvals.store import ApprovalsStore
 from tests.helpers.browser import browser_image, browser_state  # noqa: F401 (fixtures)
 from tests.helpers.gateway import connect, gateway, write_config
@@ -312,10 +313,15 @@ async def test_class1_the_cdp_urls_token_in_the_operators_shell_history_drives_a
         op = await connect(browser_state)
         try:
             await op.request("browser.start", {"agentId": "ops"})
-            await op.request(
-                "browser",
-                {"agentId": "ops", "action": "navigate", "url": "data:text/html,<title>ops-page</title>"},
-            )
+            # ops's own page (the operator's own `browser` call would use a browser of the operator's)
+            principals.mint(browser_state, "ops")
+            ops = await connect(browser_state, "ops", operator=False, agent="ops")
+            try:
+                await ops.request(
+                    "browser", {"action": "navigate", "url": "data:text/html,<title>ops-page</title>"}
+                )
+            finally:
+                await ops.close()
             cdp = (await op.request("browser.url", {"agentId": "ops"}))["cdpUrl"]
             # The operator looked at ops's pages from a shell; bash kept the line at exit.
             mine = await asyncio.to_thread(_get_or_status, cdp + "/json")
