@@ -160,6 +160,12 @@ def stage(argv: list[str], bwrap: str, busybox: str = "") -> list[str]:
     unshare, mount = sysbin.which("unshare"), sysbin.which("mount")
     if unshare is None or mount is None:
         raise SandboxUnavailable(SETPRIV_HINT.replace("setpriv", "unshare and mount"))
+    if not os.path.isdir(STAGE) or os.path.islink(STAGE):
+        raise SandboxUnavailable(
+            f"a root gateway's bwrap sandbox stages its sources at {STAGE} (a directory, in a mount "
+            f"namespace of its own; the host's {STAGE} is left as it is), and this host has none: "
+            f"mkdir -m 0755 {STAGE}"
+        )
     out = list(argv)
     staged: list[str] = []
     i = out.index(bwrap) + 1
