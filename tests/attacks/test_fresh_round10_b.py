@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from engine import principals
+from engine.config.loader import load_config
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from tests.helpers.browser import browser_image, browser_state  # noqa: F401  (fixtures)
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import connect, gateway, list_agents, wait_until, write_config
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the state dir")
 
@@ -62,6 +63,8 @@ def small_state(state: Path, size: str, inodes: int = 0) -> Iterator[None]:
 
 
 async def agents(state: Path, *names: str) -> list[ControlClient]:
+    config = load_config(state / "config.toml")
+    list_agents(state, *(name for name in names if not config.admits(name)))  # the operator lists them
     for name in names:
         principals.mint(state, name)
     return [await connect(state, operator=False, agent=name) for name in names]

@@ -31,6 +31,13 @@ def listed(*agents: str) -> str:
     return "".join(f'\n[[agents.list]]\nid = "{agent}"\n' for agent in agents)
 
 
+def list_agents(state: Path, *agents: str) -> None:
+    """Add `listed(agents)` to the config a fixture wrote (the operator's edit; a gateway reloads it)."""
+    if agents:
+        path = state / "config.toml"
+        write_config(state, (path.read_text() if path.exists() else "") + listed(*agents))
+
+
 def write_config(state: Path, text: str) -> None:
     path = state / "config.toml"
     path.write_text(text)
