@@ -34,8 +34,10 @@ async def _connects(state: Path, n: int, credential: str | None) -> list[float]:
 
 
 async def run(state: Path, agents: int, connects: int) -> None:
-    tokens = [principals.mint(state, f"agent{i}") for i in range(agents)]
-    proc = start_daemon(state, FULL)
+    # A credential connects only for an agent [[agents.list]] names; minted once the gateway made its state
+    # dir (it refuses one it did not record that already holds its files).
+    listed = "".join(f'\n[[agents.list]]\nid = "agent{i}"\n' for i in range(agents))
+    proc = start_daemon(state, FULL + listed)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -46,6 +48,7 @@ async def run(state: Path, agents: int, connects: int) -> None:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)
+        tokens = [principals.mint(state, f"agent{i}") for i in range(agents)]
         print(line("handshake, gateway token only (agent main)", await _connects(state, connects, None)))
         last = tokens[-1] if tokens else None
         label = f"handshake with a credential ({agents} on disk)"

@@ -18,6 +18,7 @@ from engine.config.schema import (
     MIB,
 )
 from engine.errors import ExecHostError
+from engine.principals import MAIN_AGENT
 
 
 class ConfigError(ExecHostError):
@@ -197,6 +198,22 @@ class Config:
     agents: dict[str, AgentConfig] = field(default_factory=dict)
     nodes: dict[str, NodeConfig] = field(default_factory=dict)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+
+    def admits(self, agent_id: str) -> bool:
+        """Whether a minted credential may make its holder `agent_id`: `[[agents.list]]` is the allowlist
+        of principals, so an agent with no entry is nobody, and retiring an agent by removing its entry
+        (the last one too) never leaves its credential working under the global defaults, broader than its
+        entry was. `main` needs no entry: the gateway token alone is main, and the global defaults are its
+        own policy (`[gateway] anonymous = "none"` is its switch)."""
+        return agent_id == MAIN_AGENT or agent_id in self.agents
+
+    def unlisted(self, agent_id: str) -> str:
+        """Why `agent_id`'s credential is refused: the file and key that would admit it."""
+        return (
+            f"agent {agent_id!r} is not in [[agents.list]] of {self.path}: a credential connects only for "
+            f'an agent listed there (add [[agents.list]] id = "{agent_id}" to list it, or '
+            f"`exechost agents revoke {agent_id}`)"
+        )
 
     def agent_for_uid(self, uid: int) -> str | None:
         """The agent whose `[[agents.list]]` entry names this Unix account, if any."""

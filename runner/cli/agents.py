@@ -11,6 +11,7 @@ from pathlib import Path
 
 from engine import principals, statefs
 from engine.config.loader import config_path, load_config
+from engine.config.model import Config
 from engine.nodes.revocations import Revocations
 from engine.nodes.wire import credential_stamp
 from engine.protocol.client import ControlClient
@@ -58,8 +59,27 @@ def _rotate_live(agent: str) -> dict[str, object] | None:
     return None
 
 
+def _config() -> Config | None:
+    """The config as the gateway would read it; None when it cannot be read (the gateway refuses that
+    config too, keeping its last good one, and decides every connection itself)."""
+    try:
+        return load_config(config_path())
+    except Exception:
+        return None
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     state = statefs.state_dir()
+    config = _config()
+    if config is not None and not config.admits(args.name):
+        # A credential for an agent the list does not name connects as nobody: say so now, not at the
+        # agent's first hello (and never mint a token that would start working when an entry appears).
+        emit(
+            f"not minted: {config.unlisted(args.name)}",
+            {"agent": args.name, "error": "unlisted", "config": str(config.path)},
+            args.json,
+        )
+        return 1
     exists = principals.read_token(state, args.name) is not None
     if exists and not args.rotate:
         emit(
@@ -85,9 +105,12 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     creds = principals.listing(statefs.state_dir())
-    rows = [{"agent": c.agent, "createdAtMs": c.created_ms} for c in creds]
+    config = _config()
+    listed = {c.agent: config is None or config.admits(c.agent) for c in creds}
+    rows = [{"agent": c.agent, "createdAtMs": c.created_ms, "listed": listed[c.agent]} for c in creds]
     lines = [
         f"{c.agent}  minted {time.strftime('%Y-%m-%d %H:%M', time.localtime(c.created_ms / 1000))}"
+        + ("" if listed[c.agent] else "  (not in [[agents.list]]: refused at connect)")
         for c in creds
     ]
     emit(
@@ -134,10 +157,8 @@ def _owe_host(state: Path, agent: str) -> None:
 
 def _mapped_account(agent: str) -> int | None:
     """No gateway runs: the account the config maps to `agent`, if the config can be read."""
-    try:
-        entry = load_config(config_path()).agents.get(agent)
-    except Exception:  # (the gateway would refuse this config too; the answer then just names no account)
-        return None
+    config = _config()  # (None: the answer then just names no account)
+    entry = config.agents.get(agent) if config is not None else None
     return entry.uid if entry is not None else None
 
 

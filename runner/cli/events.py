@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine import principals, statefs
+from engine.config.loader import config_path, load_config
 from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
@@ -87,6 +88,12 @@ def _from_disk(args: argparse.Namespace) -> list[dict[str, Any]]:
         found = principals.lookup(state, credential)
         if found is None:
             raise CliFailure("the agent credential is not one this state dir minted", EXIT_UNAVAILABLE)
+        try:
+            config = load_config(config_path())
+        except Exception:  # (a config the gateway would refuse: it keeps its last one)
+            config = None
+        if config is not None and not config.admits(found):  # the gateway refuses it at its hello
+            raise CliFailure(config.unlisted(found), EXIT_UNAVAILABLE)
         agent = found
     spool = EventSpool(state / SPOOL_NAME)
     try:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine import fairpool, principals
+from engine.config.model import Config
 from engine.protocol.frames import (
     PROTOCOL_VERSION,
     ErrorFrame,
@@ -64,12 +65,14 @@ async def principal(
     *,
     tokens: GatewayTokens,
     state_dir: Path,
-    anonymous: Callable[[], str],
+    config: Callable[[], Config],
 ) -> tuple[str, str] | None:
     """Who this connection is, as (agent, credential's agent or ""): from the peer's Unix account on
     the agents' socket (`mapped`), else from the tokens it proved, each checked against its file as it is
     now (runner.gateway.tokenfiles: a replaced token stops at once, as an agent's credential).
-    `anonymous`: the config's `[gateway] anonymous`, read when a hello presents only the gateway token."""
+    `config`: the config now, read for `[gateway] anonymous` when a hello presents only the gateway token
+    and for `[[agents.list]]` when it presents a credential (Config.admits: once the config lists agents,
+    a credential for an agent it does not name is refused, as liveprincipal drops a live one)."""
     if mapped is not None:
         # Another account: its uid is its identity. It cannot have read the operator's tokens, and it
         # may not borrow another agent's credential either.
@@ -95,8 +98,12 @@ async def principal(
         if agent is None:
             await reject(writer, "auth", "invalid or revoked agent credential")
             return None
+        now = config()
+        if not now.admits(agent):
+            await reject(writer, "auth", now.unlisted(agent))
+            return None
         return agent, agent
-    if anonymous() == "none":
+    if config().gateway.anonymous == "none":
         # The operator's switch: no credential, no principal (a credentialed agent that leaves its
         # credential out becomes nobody, not agent main).
         await reject(

@@ -1,8 +1,9 @@
 """Who a live connection is now: its principal decided again from the current config and credentials, so
-a revoke, a rotation, an unmapped account, `anonymous = "none"` or a replaced gateway or operator token
-reaches connections already open, not only the next handshake (issue 27 §1: no credential that no longer
-holds still acts). The proof a connection's asks carry (`proof_key`) is decided here too, the same way:
-an ask whose proof no longer holds is settled, and nothing it was approved for starts."""
+a revoke, a rotation, an unmapped account, an agent removed from `[[agents.list]]`, `anonymous = "none"`
+or a replaced gateway or operator token reaches connections already open, not only the next handshake
+(issue 27 §1: no credential that no longer holds still acts). The proof a connection's asks carry
+(`proof_key`) is decided here too, the same way: an ask whose proof no longer holds is settled, and
+nothing it was approved for starts."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.tokenfiles import GatewayTokens
 
-# A proof that made a connection its agent other than a minted credential (whose own generation a revoke
-# or rotation ends): `uid:<uid>><agent>` (the agents' socket's mapping) or `anonymous>main` (the gateway
-# token alone). The `:`/`>` keep them apart from every agent id (principals.NAME_RE) in one Generations.
+# What made a connection its agent, as its calls are stamped with it: `uid:<uid>><agent>` (the agents'
+# socket's mapping), `anonymous>main` (the gateway token alone), or `listed>ops` (a minted credential, which
+# makes its agent only while the config admits it: Config.admits; the credential's own end, a revoke or a
+# rotation, is its agent's generation). The `:`/`>` keep them apart from every agent id (principals.NAME_RE)
+# in one Generations.
 _UID = "uid:"
 _ANONYMOUS = "anonymous>"
+_LISTED = "listed>"
 
 
 def principal_now(
@@ -46,7 +50,8 @@ def principal_now(
     if conn.other_account:
         return config.agent_for_uid(conn.peer_uid)  # its Unix account is its credential
     if conn.presented:
-        return principals.lookup(state_dir, conn.presented) if credentials else conn.agent
+        agent = principals.lookup(state_dir, conn.presented) if credentials else conn.agent
+        return agent if agent is not None and config.admits(agent) else None  # an unlisted agent: nobody
     if config.gateway.anonymous == "none":
         return None  # the gateway token alone is nobody now
     return principals.MAIN_AGENT
@@ -64,10 +69,12 @@ def stale(
 
 
 def proof_key(conn: Connection) -> str:
-    """What made `conn` its agent, as the asks it makes record it: "" for the operator (unstamped) and a
-    minted credential (its agent's generation stands for it), else the uid mapping or the anonymous rule."""
-    if conn.operator or conn.presented:
+    """What made `conn` its agent, as the asks it makes record it: "" for the operator (unstamped), else
+    the credential's listing, the uid mapping or the anonymous rule."""
+    if conn.operator:
         return ""
+    if conn.presented:
+        return f"{_LISTED}{conn.agent}"
     if conn.other_account:
         return f"{_UID}{conn.peer_uid}>{conn.agent}"
     return f"{_ANONYMOUS}{conn.agent}"
@@ -78,6 +85,8 @@ def proof_holds(key: str, config: Config) -> bool:
     if key.startswith(_UID):
         uid, _, agent = key[len(_UID) :].partition(">")
         return uid.isdigit() and config.agent_for_uid(int(uid)) == agent
+    if key.startswith(_LISTED):
+        return config.admits(key[len(_LISTED) :])
     if key.startswith(_ANONYMOUS):
         return key[len(_ANONYMOUS) :] == principals.MAIN_AGENT and config.gateway.anonymous != "none"
     return False

@@ -381,7 +381,7 @@ class GatewayServer:
             mapped,
             tokens=self._tokens,
             state_dir=self.state_dir,
-            anonymous=lambda: self.services.config().gateway.anonymous,
+            config=self.services.config,
         )
 
     def _tokens_now(self) -> int:

@@ -14,7 +14,7 @@ from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.sessions.quota import Quota
 from runner.gateway.server import GatewayServer
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 
 MIB = 1 << 20
 
@@ -28,7 +28,7 @@ async def _start(client: ControlClient, command: str) -> dict:
 
 
 async def test_one_agent_cannot_hold_every_session(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("greedy", "other"))
     async with gateway(state_dir) as server:
         server.services.sessions.quota = Quota(sessions=3, output_bytes=1 << 40)
         greedy = await _agent(server, state_dir, "greedy")
@@ -48,7 +48,7 @@ async def test_one_agent_cannot_hold_every_session(state_dir: Path) -> None:
 
 
 async def test_one_agent_cannot_fill_the_disk_with_output(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("filler", "other"))
     async with gateway(state_dir) as server:
         server.services.sessions.quota = Quota(sessions=64, output_bytes=3 * MIB)
         filler = await _agent(server, state_dir, "filler")
@@ -71,7 +71,10 @@ async def test_one_agent_cannot_fill_the_disk_with_output(state_dir: Path) -> No
 
 
 async def test_the_caps_come_from_the_config_per_agent(state_dir: Path) -> None:
-    config = FULL + '[[agents.list]]\nid = "tight"\n[agents.list.tools.exec]\nmaxSessionsPerAgent = 1\n'
+    config = (
+        listed("other") + '[[agents.list]]\nid = "tight"\n[agents.list.tools.exec]\nmaxSessionsPerAgent = 1\n'
+    )
+    config = FULL + config
     write_config(state_dir, config)
     async with gateway(state_dir) as server:
         tight = await _agent(server, state_dir, "tight")

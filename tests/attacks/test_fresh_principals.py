@@ -12,7 +12,7 @@ import pytest
 
 from engine import principals
 from engine.protocol import client as client_mod
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.hostile_node import Hostile, event
 from tests.helpers.sshd import SshdNode
 
@@ -22,7 +22,7 @@ async def test_ambient_authority_agent_token_in_child_env(
 ) -> None:
     """Agent a's MCP server (EXECHOST_AGENT_TOKEN in its env) autostarts the gateway: the daemon inherits
     that env, and every host command of agent b inherited a's credential — b became a."""
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("a", "b"))
     tok_a = principals.mint(state_dir, "a")
     tok_b = principals.mint(state_dir, "b")
     monkeypatch.setenv("EXECHOST_AGENT_TOKEN", tok_a)
@@ -68,7 +68,7 @@ async def test_limits_per_principal_event_queues(state_dir: Path, monkeypatch: p
 
     monkeypatch.setattr(events_mod, "MAX_KEYS", 12)
     monkeypatch.setattr(events_mod, "MAX_KEYS_PER_OWNER", 8, raising=False)
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("ops", "evil"))
     tok_ops = principals.mint(state_dir, "ops")
     tok_evil = principals.mint(state_dir, "evil")
     async with gateway(state_dir) as server:
@@ -96,7 +96,7 @@ async def test_limits_per_principal_request_bytes_in_flight(state_dir: Path) -> 
     per connection, and past the budget the next one is not read until some finish (nothing is lost)."""
     from runner.gateway import limits
 
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("evil"))
     tok = principals.mint(state_dir, "evil")
     junk = "j" * (900 * 1024)
     async with gateway(state_dir) as server:
@@ -134,7 +134,9 @@ async def test_compromised_node_takes_another_nodes_name(state_dir: Path, sshd_n
     hello = json.loads((beta.root / "hello.json").read_text())
     (beta.root / "hello.json").write_text(json.dumps({**hello, "displayName": "alpha"}))
     config = (state_dir / "config.toml").read_text()
-    write_config(state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
+    write_config(
+        state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n' + listed("ops")
+    )
     tok = principals.mint(state_dir, "ops")
     async with gateway(state_dir):
         ops = await connect(state_dir, "ops", operator=False, credential=tok)
@@ -204,7 +206,7 @@ async def test_crash_loses_another_agents_undelivered_event(
     from engine.sessions import spool as spool_mod
 
     monkeypatch.setattr(spool_mod, "MAX_KEYS", 6)
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("ops", "evil"))
     tok_ops = principals.mint(state_dir, "ops")
     tok_evil = principals.mint(state_dir, "evil")
     async with gateway(state_dir) as server:
@@ -238,7 +240,9 @@ async def test_compromised_node_floods_a_runs_agent_with_starts(
     _alpha, beta = sshd_nodes
     hostile = Hostile(beta, state_dir, node_id="beta-node-id")
     config = (state_dir / "config.toml").read_text()
-    write_config(state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
+    write_config(
+        state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n' + listed("ops")
+    )
     tok = principals.mint(state_dir, "ops")
     async with gateway(state_dir) as server:
         ops = await connect(state_dir, "ops", operator=False, credential=tok)
@@ -271,7 +275,9 @@ async def test_compromised_node_floods_a_key_with_notices(
     _alpha, beta = sshd_nodes
     hostile = Hostile(beta, state_dir, node_id="beta-node-id")
     config = (state_dir / "config.toml").read_text()
-    write_config(state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
+    write_config(
+        state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n' + listed("ops")
+    )
     tok = principals.mint(state_dir, "ops")
     async with gateway(state_dir) as server:
         ops = await connect(state_dir, "ops", operator=False, credential=tok)

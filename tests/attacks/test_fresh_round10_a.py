@@ -27,7 +27,7 @@ from engine.commands import hostprivate
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from tests.helpers.browser import browser_image, browser_state, get  # noqa: F401 (fixtures)
-from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, listed, wait_until, write_config
 from tests.helpers.sshd import SshdNode
 from tests.helpers.webconsole import CHROMIUM, serve_web
 
@@ -171,7 +171,9 @@ async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_di
     to its listener, and it runs on the gateway host. In the host's network (hostNetwork = "host": with
     the default, the agent's loopback is its host runs' own, and no process outside reaches it at all)."""
     write_config(
-        state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostNetwork = "host"\n'
+        state_dir,
+        '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostNetwork = "host"\n'
+        + listed("ops"),
     )
     token = principals.mint(state_dir, "ops")
     port = _free_port()
@@ -558,7 +560,7 @@ async def test_class1_the_autostarting_agents_api_key_reaches_every_agents_host_
     keeps it, and every host run of every agent inherits the daemon's env, filtered by a list of known
     credential names that this one is not on. Agent b's allowlist holds only printenv."""
     config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
-    write_config(state_dir, config)
+    write_config(state_dir, config + listed("a", "b"))
     token_a, token_b = principals.mint(state_dir, "a"), principals.mint(state_dir, "b")
     ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist(
         "b", shutil.which("printenv") or "printenv"

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from engine import principals
+from engine.config.loader import load_config
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from tests.helpers.browser import browser_image, browser_state  # noqa: F401  (fixtures)
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import connect, gateway, list_agents, listed, wait_until, write_config
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the state dir")
 
@@ -62,6 +63,8 @@ def small_state(state: Path, size: str, inodes: int = 0) -> Iterator[None]:
 
 
 async def agents(state: Path, *names: str) -> list[ControlClient]:
+    config = load_config(state / "config.toml")
+    list_agents(state, *(name for name in names if not config.admits(name)))  # the operator lists them
     for name in names:
         principals.mint(state, name)
     return [await connect(state, operator=False, agent=name) for name in names]
@@ -446,15 +449,16 @@ pool = 1
 
 
 def _pool_ready(docker_ops: Any) -> bool:
-    """One unclaimed pool container, running."""
+    """One unclaimed pool container per listed agent (main and ops: a spare is made in the groups of the
+    agent that will claim it, engine/sandbox/pool.pool_key), each running."""
     pooled = [c for c in docker_ops.list_sandboxes() if "-pool." in c["Names"][0]]
-    return len(pooled) == 1 and pooled[0]["State"] == "running"
+    return len(pooled) == 2 and all(c["State"] == "running" for c in pooled)
 
 
 async def test_class3_claimed_pool_sandboxes_of_two_agents_share_one_process_cap(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
 
-    write_config(state_dir, POOLED)
+    write_config(state_dir, POOLED + listed("ops"))
     try:
         async with gateway(state_dir):
             main, ops = await agents(state_dir, "main", "ops")

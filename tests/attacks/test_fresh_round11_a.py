@@ -18,7 +18,7 @@ from engine.sandbox.browser import list_browsers
 from engine.sandbox.egress import forwarder
 from tests.helpers.browser import browser_image  # noqa: F401
 from tests.helpers.egress import host_forwarder, origin
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.sshd import SshdNode, sshd_nodes  # noqa: F401
 
 SANDBOX = "exechost-r11a-ops"
@@ -58,7 +58,7 @@ def _asks_of(rows: list[dict[str, Any]], agent: str) -> list[dict[str, Any]]:
 
 async def test_class1_a_revoked_agents_sandbox_still_egresses_and_asks_as_it(state_dir: Path) -> None:
     with origin() as site:
-        write_config(state_dir, _egress_config(site.port))
+        write_config(state_dir, _egress_config(site.port) + listed("ops"))
         principals.mint(state_dir, "ops")
         async with gateway(state_dir) as server:
             directory = forwarder.prepare_dir(SANDBOX)
@@ -137,7 +137,8 @@ async def test_class1_a_revoked_agents_background_run_on_a_node_keeps_running(
     (node.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
     alive = node.marks / "alive"
     write_config(
-        state_dir, FULL.replace('"gateway"', '"node"') + "".join(n.config_toml() for n in sshd_nodes)
+        state_dir,
+        FULL.replace('"gateway"', '"node"') + "".join(n.config_toml() for n in sshd_nodes) + listed("ops"),
     )
     token = principals.mint(state_dir, "ops")
     async with gateway(state_dir):

@@ -544,13 +544,6 @@ async def test_held_a_rotation_settles_what_the_old_credential_asked(state_dir: 
 # ---- an agent the config no longer names: its credential keeps it, under the defaults ------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a credential is an agent whether or not `[[agents.list]]` names it (principals.lookup "
-    "reads the files only; liveprincipal keeps the connection on a config reload): when the operator "
-    "retires agent ops by removing its entry, ops's live connection and credential stay, now under the "
-    "global defaults, broader than its own entry (here security=full where ops had allowlist).",
-)
 async def test_class1_an_agent_removed_from_the_config_runs_under_the_defaults(
     state_dir: Path, tmp_path: Path
 ) -> None:

@@ -26,7 +26,7 @@ from runner.gateway import limits
 from runner.gateway.server import MAX_IN_FLIGHT
 from tests.attacks.harness import ALLOWLIST
 from tests.attacks.rawclient import RawClient
-from tests.helpers.gateway import REPO, cli, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import REPO, cli, connect, gateway, listed, wait_until, write_config
 from tests.helpers.sandbox import build_test_image
 from tests.helpers.sshd import SshdNode
 
@@ -48,7 +48,7 @@ async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(st
     from engine import principals
     from engine.approvals.pending import MAX_PENDING_PER_AGENT, SHOWN_REQUESTERS
 
-    write_config(state, ALLOWLIST)
+    write_config(state, ALLOWLIST + listed("ops"))
     principals.mint(state, "ops")
     async with gateway(state) as server:
         agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
@@ -258,7 +258,7 @@ async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> N
     Closed: with a gateway running, `--rotate` is the gateway's verb `agents.rotate`, in revoke's order."""
     from engine import principals
 
-    write_config(state, FULL_GATEWAY)
+    write_config(state, FULL_GATEWAY + listed("ops"))
     principals.mint(state, "ops")
     async with gateway(state):
         old = await connect(state, "ops", operator=False, agent="ops")
@@ -395,7 +395,7 @@ async def test_one_agent_evicts_anothers_node_keys(state: Path, sshd_nodes: list
 
     alpha = sshd_nodes[0]
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
-    write_config(state, alpha.config_toml() + NODE_EXEC)
+    write_config(state, alpha.config_toml() + NODE_EXEC + listed("ops"))
     principals.mint(state, "ops")
     gate = alpha.marks / "go"  # (outside the node's home: an overlay made for each run)
     async with gateway(state) as server:
@@ -675,7 +675,7 @@ async def test_revoked_agents_asks_still_run_when_approved(state: Path) -> None:
     works through the inbox and allows the row: the command runs as ops, after ops's revoke."""
     from engine import principals
 
-    write_config(state, ALLOWLIST)
+    write_config(state, ALLOWLIST + listed("ops"))
     principals.mint(state, "ops")
     marker = state.parent / "ran-after-revoke"
     async with gateway(state) as server:
@@ -1058,7 +1058,7 @@ async def test_look_alike_names_and_keys_reach_nothing_of_another_agent(state: P
     drains its events, or counts against its quota."""
     from engine import principals
 
-    write_config(state, FULL_GATEWAY)
+    write_config(state, FULL_GATEWAY + listed("ops", "ops.b"))
     principals.mint(state, "ops")
     principals.mint(state, "ops.b")
     async with gateway(state) as server:
@@ -1081,8 +1081,8 @@ async def test_look_alike_names_and_keys_reach_nothing_of_another_agent(state: P
             ]
             for client in (other, bare):
                 for key in spellings:
-                    listed = await client.request("sessions.list", {"sessionKey": key})
-                    assert all(row["sessionId"] != sid for row in listed["sessions"]), (client, key)
+                    rows = await client.request("sessions.list", {"sessionKey": key})
+                    assert all(row["sessionId"] != sid for row in rows["sessions"]), (client, key)
                     drained = await client.request("events", {"sessionKey": key, "drain": True})
                     assert not any("secret" in e["text"] for e in drained["events"]), (client, key)
                 with pytest.raises(RemoteError, match="No session found"):

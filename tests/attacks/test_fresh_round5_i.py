@@ -367,11 +367,11 @@ async def test_class2_an_allowlisted_tee_writes_into_another_agents_pty_session(
 ) -> None:
     from engine import principals
     from engine.approvals.store import ApprovalsStore
-    from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+    from tests.helpers.gateway import ALLOWLIST, connect, gateway, listed, wait_until, write_config
 
     work = tmp_path / "w"
     work.mkdir()
-    write_config(state_dir, ALLOWLIST)
+    write_config(state_dir, ALLOWLIST + listed("ops"))
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     for agent, program in (("ops", "/usr/bin/cat"), ("main", "/usr/bin/echo"), ("main", "/usr/bin/tee")):
         store.add_allowlist(agent, program, arg_pattern=None)

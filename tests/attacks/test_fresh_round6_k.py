@@ -29,7 +29,7 @@ from runner.gateway import overrides_file
 from tests.attacks.rawclient import RawClient
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.daemon import Daemon
-from tests.helpers.gateway import ALLOWLIST, FULL, cli, connect, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, FULL, cli, connect, listed, wait_until, write_config
 from tests.helpers.pending import fold_pending
 from tests.helpers.sshd import _keygen, make_node
 
@@ -174,7 +174,7 @@ async def test_node_session_cap_holds_across_a_restart(state: Path) -> None:
 
 
 async def test_revoked_agents_approved_run_does_not_start_after_a_crash(state: Path) -> None:
-    write_config(state, ALLOWLIST)
+    write_config(state, ALLOWLIST + listed("ops"))
     token = principals.mint(state, "ops")
     marker = state.parent / "ran"
     daemon = Daemon(state).start()
@@ -286,7 +286,7 @@ async def test_asks_restored_after_a_crash_still_count_against_their_agent(state
 async def test_an_agent_cannot_lock_down_or_read_another_agents_scope(state: Path) -> None:
     """Class 2: `policy.override` and `approvals.status` name keys and ids of another agent; the override
     lands in the caller's own namespace and another agent's ask reads as unknown."""
-    write_config(state, ALLOWLIST)
+    write_config(state, ALLOWLIST + listed("ops"))
     token = principals.mint(state, "ops")
     daemon = Daemon(state).start()
     try:

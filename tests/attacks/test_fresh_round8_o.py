@@ -17,7 +17,7 @@ import pytest
 
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, RemoteError, read_token
-from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, listed, wait_until, write_config
 
 CURL = "/usr/bin/curl"
 
@@ -231,7 +231,7 @@ async def _ask_then_cut_off(state_dir: Path, verb: str) -> dict[str, Any]:
     (agents.revoke or agents.rotate), then answers the ask allow-once. What became of the run."""
     from engine import principals
 
-    write_config(state_dir, ALLOWLIST)
+    write_config(state_dir, ALLOWLIST + listed("ops"))
     work = state_dir.parent / "w"
     work.mkdir()
     token = principals.mint(state_dir, "ops")
@@ -285,7 +285,7 @@ async def test_rotated_credentials_pending_ask_is_denied_after_a_restart(state_d
     (the CLI re-mints on disk while no gateway runs), the restored ask is denied, approved or not."""
     from engine import principals
 
-    write_config(state_dir, ALLOWLIST)
+    write_config(state_dir, ALLOWLIST + listed("ops"))
     work = state_dir.parent / "w"
     work.mkdir()
     token = principals.mint(state_dir, "ops")
@@ -598,7 +598,7 @@ async def test_two_agents_sessionless_calls_never_share_a_session_scoped_sandbox
     write_config(
         state_dir,
         '[tools.exec]\nsecurity = "full"\nask = "off"\n'
-        '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n',
+        '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n' + listed("ops"),
     )
     token = principals.mint(state_dir, "ops")
     async with gateway(state_dir):
@@ -643,7 +643,7 @@ async def test_class2_an_agents_approval_prefix_says_nothing_of_other_agents_ask
 
     # Only the approval manager's ids (its own `uuid` name): every other uuid4 in the process stays random.
     monkeypatch.setattr(pending, "uuid", SimpleNamespace(uuid4=lambda: next(ids, None) or uuid.uuid4()))
-    write_config(state_dir, ALLOWLIST)
+    write_config(state_dir, ALLOWLIST + listed("ops"))
     token = principals.mint(state_dir, "ops")
     work = state_dir.parent / "w"
     work.mkdir()
@@ -792,7 +792,9 @@ async def test_class3_one_agents_sandbox_list_burst_stalls_another_agents_exec(
         return []
 
     monkeypatch.setattr(admin, "list_runtimes", list_runtimes)
-    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    write_config(
+        state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + listed("ops")
+    )
     token = principals.mint(state_dir, "ops")
     work = state_dir.parent / "w"
     work.mkdir()

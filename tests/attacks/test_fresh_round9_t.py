@@ -146,7 +146,8 @@ def test_class1_a_revoked_agents_node_run_still_asks(
 
     alpha = sshd_nodes[0]
     (state_dir / "config.toml").write_text(
-        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n' + alpha.config_toml()
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n'
+        '[[agents.list]]\nid = "ops"\n\n' + alpha.config_toml()
     )
     hostile = Hostile(alpha, state_dir)
     principals.mint(state_dir, "ops")
@@ -230,7 +231,8 @@ def test_class2_a_node_cannot_file_an_event_under_another_agents_key(
 
     alpha = sshd_nodes[0]
     (state_dir / "config.toml").write_text(
-        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n' + alpha.config_toml()
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n'
+        '[[agents.list]]\nid = "ops"\n\n' + alpha.config_toml()
     )
     hostile = Hostile(alpha, state_dir)
     principals.mint(state_dir, "ops")

@@ -12,7 +12,7 @@ import pytest
 from engine import principals
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwraplimits
-from tests.helpers.gateway import FULL, connect, gateway, write_config
+from tests.helpers.gateway import FULL, connect, gateway, listed, write_config
 
 # The run's own pids cgroup, as /proc/self/cgroup names it (v1 `pids` line).
 GROUP = "sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup"
@@ -25,7 +25,7 @@ def _needs_pids_group(state: Path) -> None:
 
 
 async def _runs(state: Path, *calls: tuple[str, str]) -> list[str]:
-    write_config(state, FULL)
+    write_config(state, FULL + listed(*dict.fromkeys(agent for agent, _ in calls)))
     out: list[str] = []
     async with gateway(state):
         client = await connect(state)
@@ -41,7 +41,7 @@ async def _runs(state: Path, *calls: tuple[str, str]) -> list[str]:
 async def _agents_runs(state: Path, *calls: tuple[str, str]) -> list[str]:
     """As _runs, each on the agent's own connection: the operator's runs join a group of their own
     (bwraplimits.operator_pids_group), whichever agent they name."""
-    write_config(state, FULL)
+    write_config(state, FULL + listed(*dict.fromkeys(agent for agent, _ in calls)))
     out: list[str] = []
     async with gateway(state):
         for agent, command in calls:

@@ -401,6 +401,7 @@ async def test_the_operator_can_make_a_bare_token_nobody(state_dir: Path) -> Non
     left its token out) is refused instead of becoming agent main."""
     (state_dir / "config.toml").write_text(
         '[gateway]\nanonymous = "none"\n[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+        '[[agents.list]]\nid = "ops"\n'
     )
     async with gateway(state_dir):
         with pytest.raises(RemoteError, match="present an agent credential"):

@@ -17,7 +17,7 @@ from runner.gateway import limits
 from runner.gateway.connection import Connection
 from runner.gateway.server import GatewayServer
 from tests.attacks.rawclient import RawClient
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 
 # 128 KiB of \x01: one sessions.output answer is ~786 KB of escaped JSON.
 BULKY = "head -c 131072 /dev/zero | tr '\\0' '\\1'"
@@ -39,7 +39,7 @@ def _of(server: GatewayServer, agent: str) -> list[Connection]:
 
 
 async def test_one_agent_cannot_take_every_connection(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("hog", "other"))
     async with gateway(state_dir):
         hog = principals.mint(state_dir, "hog")
         principals.mint(state_dir, "other")
@@ -68,7 +68,10 @@ async def test_one_agent_cannot_take_every_connection(state_dir: Path) -> None:
 
 async def test_the_operator_keeps_slots_no_agent_can_take(state_dir: Path) -> None:
     """Many agents together cannot take the operator's last slots either."""
-    write_config(state_dir, FULL)
+    write_config(
+        state_dir,
+        FULL + listed(*(f"a{n}" for n in range(limits.MAX_CONNECTIONS // limits.MAX_PER_AGENT + 2))),
+    )
     async with gateway(state_dir):
         held: list[RawClient] = []
         try:
@@ -89,7 +92,7 @@ async def test_the_operator_keeps_slots_no_agent_can_take(state_dir: Path) -> No
 
 
 async def test_bytes_waiting_for_a_client_that_never_reads_are_capped(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("hoarder"))
     async with gateway(state_dir) as server:
         cred = principals.mint(state_dir, "hoarder")
         sid = await _bulky_session(server, state_dir, cred)
@@ -105,7 +108,7 @@ async def test_bytes_waiting_for_a_client_that_never_reads_are_capped(state_dir:
 
 
 async def test_the_gateway_stops_reading_a_client_that_does_not_drain(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("slow"))
     async with gateway(state_dir) as server:
         cred = principals.mint(state_dir, "slow")
         sid = await _bulky_session(server, state_dir, cred)

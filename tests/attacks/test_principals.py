@@ -20,11 +20,22 @@ from engine import principals
 from engine.errors import ExecHostError
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import read_token
-from tests.helpers.gateway import FULL, IN_CHECKOUT, REPO, cli, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import (
+    FULL,
+    IN_CHECKOUT,
+    REPO,
+    cli,
+    connect,
+    gateway,
+    listed,
+    wait_until,
+    write_config,
+)
 
 VICTIM_KEY = "agent:victim:main"
 SECRET = "VICTIM-SECRET-4711"
 MISSING = "quiet-heron"  # a session id nobody has
+AGENTS = listed("victim", "attacker", "temp")  # a credential connects only for an agent listed
 
 
 async def _victim_session(state: Path) -> tuple[ControlClient, str]:
@@ -111,7 +122,7 @@ async def _attacker_sees_nothing(state: Path, attacker: ControlClient, sid: str)
 
 
 async def test_agent_b_cannot_touch_agent_a_over_the_socket(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + AGENTS)
     async with gateway(state_dir) as server:
         victim, sid = await _victim_session(state_dir)
         principals.mint(state_dir, "attacker")
@@ -142,7 +153,7 @@ async def test_agent_b_cannot_touch_agent_a_over_the_socket(state_dir: Path) -> 
 async def test_a_raw_socket_cannot_name_itself(state_dir: Path) -> None:
     """A client writing JSON lines itself: the hello carries no agent name the gateway would believe, a
     made-up credential is refused, and `agentId` in a request never changes who it is."""
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + AGENTS)
     async with gateway(state_dir):
         victim, sid = await _victim_session(state_dir)
         token = read_token(state_dir)
@@ -180,7 +191,7 @@ async def test_a_raw_socket_cannot_name_itself(state_dir: Path) -> None:
 
 
 async def test_revoked_credentials_stop_at_once(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + AGENTS)
     async with gateway(state_dir):
         principals.mint(state_dir, "temp")
         live = await connect(state_dir, "temp", operator=False, agent="temp")
@@ -207,7 +218,7 @@ def _as(token: str) -> dict[str, str]:
 
 
 async def test_agent_b_cannot_touch_agent_a_over_the_cli(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + AGENTS)
     async with gateway(state_dir):
         victim, sid = await _victim_session(state_dir)
         added = await asyncio.to_thread(cli, state_dir, "agents", "add", "attacker", "--json")
@@ -249,7 +260,7 @@ async def test_agent_b_cannot_touch_agent_a_over_the_cli(state_dir: Path) -> Non
 
 
 async def test_agent_b_cannot_touch_agent_a_over_mcp(state_dir: Path) -> None:
-    write_config(state_dir, FULL + IN_CHECKOUT)
+    write_config(state_dir, FULL + IN_CHECKOUT + AGENTS)
     async with gateway(state_dir):
         victim, sid = await _victim_session(state_dir)
         token = principals.mint(state_dir, "attacker")
@@ -294,7 +305,7 @@ def test_names_are_validated_wherever_they_enter(state_dir: Path) -> None:
 async def test_status_tells_an_agent_nothing_of_other_agents(state_dir: Path) -> None:
     """`status` counted every agent's sessions and asks and listed adopted session ids: a cross-agent view.
     An agent learns that the gateway runs and whom it takes the caller to be; the operator sees the rest."""
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + AGENTS)
     async with gateway(state_dir):
         victim, sid = await _victim_session(state_dir)
         principals.mint(state_dir, "attacker")
@@ -313,7 +324,9 @@ async def test_status_tells_an_agent_nothing_of_other_agents(state_dir: Path) ->
 async def test_an_agent_learns_node_names_and_states_only(state_dir: Path) -> None:
     """`nodes.status` gave any agent every node's address, user, host-key identity and last error, and
     `ping` made the gateway open SSH links on an agent's say-so."""
-    write_config(state_dir, FULL + '\n[nodes.alpha]\nhost = "127.0.0.1"\nport = 1\nuser = "secret-user"\n')
+    write_config(
+        state_dir, FULL + '\n[nodes.alpha]\nhost = "127.0.0.1"\nport = 1\nuser = "secret-user"\n' + AGENTS
+    )
     async with gateway(state_dir):
         principals.mint(state_dir, "attacker")
         attacker = await connect(state_dir, "attacker", operator=False, agent="attacker")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.gateway import FULL, REPO, cli, connect, gateway, write_config
+from tests.helpers.gateway import FULL, REPO, cli, connect, gateway, listed, write_config
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None, reason="needs root and useradd (throwaway users)"
@@ -149,7 +149,8 @@ async def test_agents_under_their_own_accounts(state_dir: Path, unix_agents: Set
         state_dir,
         FULL
         + f'[gateway]\nagentGroup = "{setup.group}"\nagentSocket = "{sock}"\n'
-        + f'[[agents.list]]\nid = "alpha"\nuser = "{setup.mapped.name}"\n',
+        + f'[[agents.list]]\nid = "alpha"\nuser = "{setup.mapped.name}"\n'
+        + listed("victim"),
     )
     from engine import principals
 

@@ -16,7 +16,7 @@ from engine import principals
 from engine.errors import ExecHostError
 from runner.gateway.server import GatewayServer
 from tests.attacks.rawclient import RawClient
-from tests.helpers.gateway import FULL, cli, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, cli, connect, gateway, listed, wait_until, write_config
 
 CONNECTIONS = 8
 # 128 KiB of \x01: one sessions.output answer is ~786 KB of escaped JSON, so a few back a connection up.
@@ -29,7 +29,7 @@ def _backed_up(server: GatewayServer, agent: str) -> bool:
 
 
 async def test_revoke_stops_every_connection_at_once(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("ops"))
     async with gateway(state_dir) as server:
         credential = principals.mint(state_dir, "ops")
         ops = await connect(state_dir, "ops", operator=False, credential=credential)
@@ -64,7 +64,7 @@ async def test_a_connection_made_while_the_revoke_runs_is_refused(
 ) -> None:
     """The credential file is removed in a thread; a handshake looking it up meanwhile still found it, and
     its connection would have outlived the revoke."""
-    write_config(state_dir, FULL)
+    write_config(state_dir, FULL + listed("ops"))
     async with gateway(state_dir) as server:
         credential = principals.mint(state_dir, "ops")
         entered, gate = threading.Event(), threading.Event()

@@ -14,7 +14,7 @@ from typing import Any
 from engine import principals
 from engine.sandbox.egress import forwarder
 from tests.helpers.egress import host_forwarder, origin
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import connect, gateway, listed, wait_until, write_config
 
 OPS_A, OPS_B, DEV = "exechost-rv12-ops-a", "exechost-rv12-ops-b", "exechost-rv12-dev"
 
@@ -72,7 +72,7 @@ async def test_a_revoke_reaches_every_listener_ask_and_connection_of_the_agent(s
     held_port = holder.sockets[0].getsockname()[1]
     try:
         with origin() as site:
-            write_config(state_dir, _config(site.port, held_port))
+            write_config(state_dir, _config(site.port, held_port) + listed("ops", "dev"))
             principals.mint(state_dir, "ops")
             principals.mint(state_dir, "dev")
             async with gateway(state_dir) as server:

@@ -14,7 +14,7 @@ from engine import principals
 from engine.commands import gatewaydirs
 from engine.nodes.revocations import Revocations
 from engine.protocol.client import ControlClient
-from tests.helpers.gateway import FULL, cli, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, cli, connect, gateway, listed, wait_until, write_config
 from tests.helpers.sshd import SshdNode, sshd_nodes  # noqa: F401
 
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
@@ -51,7 +51,7 @@ async def test_a_node_down_at_the_revoke_ends_the_agents_runs_when_it_links_agai
     node = sshd_nodes[0]
     (node.state_dir / "config.toml").write_text(NODE_FULL)
     alive = node.marks / "alive"
-    write_config(state_dir, GATEWAY + "".join(n.config_toml() for n in sshd_nodes))
+    write_config(state_dir, GATEWAY + "".join(n.config_toml() for n in sshd_nodes) + listed("ops"))
     token = principals.mint(state_dir, "ops")
     service = node.run_service()  # sessions outlive the links
     try:
@@ -99,7 +99,7 @@ async def test_a_revoke_ends_only_its_own_gateways_agent_on_a_shared_node(
     # a second gateway of the account, made as the operator would make it: recorded (gatewaydirs.adopt)
     gatewaydirs.record(os.environ["HOME"], str(other))
     for state in (state_dir, other):
-        write_config(state, GATEWAY + node.config_toml())
+        write_config(state, GATEWAY + node.config_toml() + listed("ops"))
     tokens = [principals.mint(state, "ops") for state in (state_dir, other)]
     marks = [node.marks / "first", node.marks / "second"]
     service = node.run_service()
@@ -144,7 +144,7 @@ async def test_a_revoke_made_while_no_gateway_ran_reaches_the_node_when_the_next
     node = sshd_nodes[0]
     (node.state_dir / "config.toml").write_text(NODE_FULL)
     alive = node.marks / "alive"
-    write_config(state_dir, GATEWAY + node.config_toml())
+    write_config(state_dir, GATEWAY + node.config_toml() + listed("ops"))
     token = principals.mint(state_dir, "ops")
     service = node.run_service()  # the run outlives the gateway
     try:

@@ -222,7 +222,8 @@ def test_a_node_ask_waiting_at_the_rotation_is_denied(
 
     alpha = sshd_nodes[0]
     (state_dir / "config.toml").write_text(
-        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n' + alpha.config_toml()
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n'
+        '[[agents.list]]\nid = "ops"\n\n' + alpha.config_toml()
     )
     hostile = Hostile(alpha, state_dir)
     principals.mint(state_dir, "ops")

@@ -11,7 +11,7 @@ import pytest
 
 from engine import principals
 from engine.errors import InvalidInput
-from tests.helpers.gateway import cli
+from tests.helpers.gateway import cli, listed, write_config
 
 
 @pytest.mark.parametrize(
@@ -72,15 +72,39 @@ def test_credentials_mint_lookup_revoke(state_dir: Path) -> None:
 
 
 def test_agents_cli(state_dir: Path) -> None:
+    write_config(state_dir, listed("ops"))
     added = cli(state_dir, "agents", "add", "ops", "--json")
     assert added.returncode == 0
     token = json.loads(added.stdout)["details"]["token"]
     assert principals.lookup(state_dir, token) == "ops"
     again = cli(state_dir, "agents", "add", "ops")
     assert again.returncode == 1 and "already has a credential" in again.stdout
-    listed = json.loads(cli(state_dir, "agents", "list", "--json").stdout)
-    assert [a["agent"] for a in listed["details"]["agents"]] == ["ops"]
+    shown = json.loads(cli(state_dir, "agents", "list", "--json").stdout)
+    assert [a["agent"] for a in shown["details"]["agents"]] == ["ops"]
     assert token not in cli(state_dir, "agents", "list").stdout
     assert cli(state_dir, "agents", "revoke", "ops").returncode == 0
     assert cli(state_dir, "agents", "revoke", "ops").returncode == 1
     assert "No agent credentials" in cli(state_dir, "agents", "list").stdout
+
+
+def test_agents_add_refuses_an_agent_the_config_does_not_list(state_dir: Path) -> None:
+    """A credential connects only for an agent `[[agents.list]]` names (main excepted): minting one for
+    another would print a token that works as nobody, or starts working when an entry appears."""
+    refused = cli(state_dir, "agents", "add", "ops", "--json")  # no config at all: no list
+    assert refused.returncode == 1 and principals.read_token(state_dir, "ops") is None
+    said = json.loads(refused.stdout)["details"]
+    assert said["error"] == "unlisted" and said["config"] == str(state_dir / "config.toml")
+    write_config(state_dir, listed("dev"))
+    refused = cli(state_dir, "agents", "add", "ops")
+    assert refused.returncode == 1 and principals.read_token(state_dir, "ops") is None
+    assert "[[agents.list]]" in refused.stdout and str(state_dir / "config.toml") in refused.stdout
+    assert 'id = "ops"' in refused.stdout  # the key that would list it
+    assert cli(state_dir, "agents", "add", "main").returncode == 0  # main needs no entry
+    assert cli(state_dir, "agents", "add", "dev").returncode == 0
+    write_config(state_dir, "")  # dev's entry goes: its credential stays on disk, refused at connect
+    rows = json.loads(cli(state_dir, "agents", "list", "--json").stdout)["details"]["agents"]
+    assert {r["agent"]: r["listed"] for r in rows} == {"dev": False, "main": True}
+    assert "dev  minted" in cli(state_dir, "agents", "list").stdout
+    assert "not in [[agents.list]]" in cli(state_dir, "agents", "list").stdout
+    rotated = cli(state_dir, "agents", "add", "dev", "--rotate")
+    assert rotated.returncode == 1 and "not in [[agents.list]]" in rotated.stdout

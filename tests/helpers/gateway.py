@@ -25,6 +25,19 @@ ALLOWLIST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-m
 IN_CHECKOUT = f'hostWritable = ["{REPO}"]\n'
 
 
+def listed(*agents: str) -> str:
+    """`[[agents.list]]` entries with no overrides (the global policy) for `agents`: a minted credential
+    connects only for an agent the config lists (engine.config.model.Config.admits)."""
+    return "".join(f'\n[[agents.list]]\nid = "{agent}"\n' for agent in agents)
+
+
+def list_agents(state: Path, *agents: str) -> None:
+    """Add `listed(agents)` to the config a fixture wrote (the operator's edit; a gateway reloads it)."""
+    if agents:
+        path = state / "config.toml"
+        write_config(state, (path.read_text() if path.exists() else "") + listed(*agents))
+
+
 def write_config(state: Path, text: str) -> None:
     path = state / "config.toml"
     path.write_text(text)

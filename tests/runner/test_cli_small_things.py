@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from engine.principals import mint
-from tests.helpers.gateway import FULL, cli, gateway, write_config
+from tests.helpers.gateway import FULL, cli, gateway, listed, write_config
 
 
 def test_approve_with_a_wrong_decision_lists_the_valid_ones(state_dir: Path) -> None:
@@ -26,8 +26,8 @@ def test_a_typo_in_a_subcommand_flag_prints_that_subcommands_usage(state_dir: Pa
 
 
 async def test_process_takes_the_session_id_after_flags(state_dir: Path) -> None:
-    write_config(state_dir, FULL)
-    mint(state_dir, "x")  # --agent names a minted agent (issue 18)
+    write_config(state_dir, FULL + listed("x"))
+    mint(state_dir, "x")  # --agent names a minted, listed agent (issue 18)
     async with gateway(state_dir):
         proc = await asyncio.to_thread(
             cli, state_dir, "process", "write", "--agent", "x", "node:abc", "--data", "hi"

@@ -17,7 +17,7 @@ from engine import principals
 from engine.commands import hostkeeper, hostoutside, hostview
 from engine.sandbox import bwraplimits
 from engine.sandbox.settings import slugify, state_id
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import connect, gateway, listed, write_config
 
 PIDS = Path("/sys/fs/cgroup/pids")
 needs_pids = pytest.mark.skipif(
@@ -142,7 +142,7 @@ async def test_every_host_run_starts_in_its_agents_group(
     state_dir: Path, view: str, params: dict[str, object]
 ) -> None:
     config = f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostView = "{view}"\n'
-    write_config(state_dir, config)
+    write_config(state_dir, config + listed("ops"))
     async with gateway(state_dir):
         principals.mint(state_dir, "ops")  # ops's own connection: the operator's runs are no agent's
         client = await connect(state_dir, operator=False, agent="ops")

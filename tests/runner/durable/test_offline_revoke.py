@@ -11,7 +11,7 @@ import pytest
 from engine import principals
 from engine.protocol.client import ControlClient
 from tests.helpers.daemon import Daemon
-from tests.helpers.gateway import ALLOWLIST, cli, connect, write_config
+from tests.helpers.gateway import ALLOWLIST, cli, connect, listed, write_config
 
 
 @pytest.mark.parametrize("change", ["revoke", "rotate", "none"])
@@ -20,7 +20,7 @@ async def test_a_waiting_ask_of_a_credential_gone_offline_is_denied_at_restore(
 ) -> None:
     state = tmp_path / "s"
     state.mkdir(mode=0o700)
-    write_config(state, ALLOWLIST)
+    write_config(state, ALLOWLIST + listed("ops"))
     token = principals.mint(state, "ops")
     daemon = Daemon(state).start()
     try:

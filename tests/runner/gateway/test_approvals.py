@@ -11,7 +11,7 @@ import pytest
 from engine import principals
 from engine.approvals.store import ApprovalsStore
 from engine.errors import ExecHostError
-from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, listed, wait_until, write_config
 from tests.helpers.peers import collect
 
 
@@ -67,7 +67,7 @@ async def test_approval_view_carries_the_exec_tools_own_analysis(state_dir: Path
 
 async def test_status_links_a_detached_run_to_its_approval(state_dir: Path) -> None:
     """Issue 10: an agent without a console learns what became of its ask, and of the run it started."""
-    write_config(state_dir, ALLOWLIST)
+    write_config(state_dir, ALLOWLIST + listed("ops"))
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
         res = await agent.request("exec", {"command": "echo later; exit 4", "agentId": "main"})

@@ -18,7 +18,7 @@ from engine.protocol.frames import RemoteError
 from engine.sandbox import docker_ops
 from engine.sandbox.browser import list_browsers
 from tests.helpers.browser import CONFIG, browser_image, browser_state, get, status_of, vnc_banner, ws_open
-from tests.helpers.gateway import cli, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import cli, connect, gateway, list_agents, listed, wait_until, write_config
 
 __all__ = ["browser_image", "browser_state"]  # fixtures
 
@@ -44,6 +44,7 @@ def _seed_page(state: Path) -> None:
 
 async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_state: Path) -> None:
     _seed_page(browser_state)
+    list_agents(browser_state, "other")
     async with gateway(browser_state) as server:
         agent = await connect(browser_state, "agent", operator=False)
         try:
@@ -325,7 +326,9 @@ async def test_an_agents_browsers_are_capped_and_its_least_recently_used_one_end
     is a Chromium): the agent's least recently used browser ends for a new one, never another agent's."""
     write_config(
         browser_state,
-        "[tools.exec]\nmaxSandboxesPerAgent = 2\n" + CONFIG.replace("\n[", '\nscope = "session"\n[', 1),
+        "[tools.exec]\nmaxSandboxesPerAgent = 2\n"
+        + CONFIG.replace("\n[", '\nscope = "session"\n[', 1)
+        + listed("ops"),
     )
     principals.mint(browser_state, "ops")
     async with gateway(browser_state):

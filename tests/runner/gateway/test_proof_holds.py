@@ -29,3 +29,14 @@ def test_the_anonymous_rule_holds_until_anonymous_is_none(tmp_path: Path) -> Non
     assert not proof_holds("anonymous>ops", _config(tmp_path, ""))
     assert not proof_holds("anonymous>main", _config(tmp_path, '[gateway]\nanonymous = "none"\n'))
     assert not proof_holds("ops", _config(tmp_path, ""))  # a credential's key is no proof of this kind
+
+
+def test_a_credentials_listing_holds_while_the_config_lists_its_agent(tmp_path: Path) -> None:
+    """A credential makes its agent only while `[[agents.list]]` names it (main needs no entry): removing
+    the entry — the last one too, leaving no list — ends it (Config.admits)."""
+    listed = _config(tmp_path, '[[agents.list]]\nid = "ops"\n[[agents.list]]\nid = "dev"\n')
+    assert proof_holds("listed>ops", listed) and proof_holds("listed>main", listed)
+    assert not proof_holds("listed>victim", listed)
+    assert not proof_holds("listed>ops", _config(tmp_path, '[[agents.list]]\nid = "dev"\n'))
+    assert not proof_holds("listed>ops", _config(tmp_path, ""))  # no list at all: only main
+    assert proof_holds("listed>main", _config(tmp_path, ""))

@@ -11,7 +11,7 @@ import pytest
 
 from engine import principals
 from engine.protocol.frames import RemoteError
-from tests.helpers.gateway import connect, gateway, wait_until
+from tests.helpers.gateway import connect, gateway, listed, wait_until
 from tests.helpers.sshd import EXECHOST, SshdNode
 
 GATEWAY_FULL = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
@@ -201,7 +201,7 @@ async def test_lifecycle_events_use_the_reference_texts(sshd_nodes: list[SshdNod
 async def test_background_session_on_a_node(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
     """A background run on a node, then poll, write, log, kill and list through the gateway's `process`."""
     alpha = sshd_nodes[0]
-    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL + listed("ops"))
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
@@ -215,8 +215,8 @@ async def test_background_session_on_a_node(sshd_nodes: list[SshdNode], state_di
         await agent.request("process", {"action": "write", "sessionId": sid, "data": "hello\n"})
         log = await wait_until(lambda: _log_has(agent, sid, "got-hello"), timeout=15)
         assert "up" in log
-        listed = await agent.request("process", {"action": "list", "node": "alpha"})
-        assert [s["sessionId"] for s in listed["details"]["sessions"]] == [sid]
+        shown = await agent.request("process", {"action": "list", "node": "alpha"})
+        assert [s["sessionId"] for s in shown["details"]["sessions"]] == [sid]
         # Without node=, the list merges this gateway's sessions with every connected node's.
         merged = await agent.request("process", {"action": "list"})
         assert [(s["sessionId"], s["node"]) for s in merged["details"]["sessions"]] == [(sid, "alpha")]

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from engine.principals import mint
-from tests.helpers.gateway import REPO, connect, gateway, wait_until
+from tests.helpers.gateway import REPO, connect, gateway, listed, wait_until
 from tests.helpers.sshd import EXECHOST, SshdNode
 
 ASKING = '[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\naskFallback = "deny"\n'
@@ -169,7 +169,9 @@ def test_exec_json_prints_one_object_for_node_errors(sshd_nodes: list[SshdNode],
 async def test_every_result_names_where_it_ran(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
     """Item 5 and 6: under host=auto (no sandbox) an agent picks its host per call, and each result says
     where it ran — in details.ranOn, and for a node in its text too; the refusal hint is true."""
-    setup(state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n')
+    setup(
+        state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n' + listed("ops")
+    )
     (sshd_nodes[0].state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
@@ -202,7 +204,9 @@ async def test_process_list_all_shows_every_agent_and_node(
 ) -> None:
     """Item 10: `exechost process list --all` is the operator's view: every agent's sessions, on the gateway
     and on each connected node, with node and agent columns (an agent's own list stays its own)."""
-    setup(state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n')
+    setup(
+        state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n' + listed("ops")
+    )
     (sshd_nodes[0].state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
