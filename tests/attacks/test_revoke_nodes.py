@@ -187,7 +187,7 @@ async def test_a_rotation_reaches_a_node_down_at_the_time_and_the_agents_run_goe
     node = sshd_nodes[0]
     (node.state_dir / "config.toml").write_text(NODE_FULL)
     alive = node.marks / "alive-rotated"
-    write_config(state_dir, GATEWAY + "".join(n.config_toml() for n in sshd_nodes))
+    write_config(state_dir, GATEWAY + "".join(n.config_toml() for n in sshd_nodes) + listed("ops"))
     token = principals.mint(state_dir, "ops")
     service = node.run_service()
     try:
