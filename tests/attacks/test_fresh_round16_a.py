@@ -164,3 +164,33 @@ echo swapped"""
     assert token
     read = _as_agent(f"cat {loot} 2>/dev/null || true")
     assert token not in read.stdout, "gateway B's operator token was the other account's"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: adopt trusts any state dir inside the home ('no host run writes there'), but a "
+    "`hostWritable` dir in the home is written by host runs: a run plants operator.json there with a token "
+    "of its choosing, and gateway B started on that dir uses it (B's operator role is the agent's).",
+)
+async def test_class1_a_state_dir_in_a_home_hostwritable_dir_is_adopted_with_a_planted_token(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path(os.environ["HOME"])
+    (home / "work").mkdir()
+    future = home / "work" / ".exechost-b"
+    chosen = "AGENT-CHOSEN-TOKEN-0123456789abcdef"
+    plant = (
+        f'mkdir -p {future} && printf \'%s\\n\' \'{{"version": 1, "token": "{chosen}"}}\' '
+        f"> {future}/{OPERATOR_TOKEN_NAME} && echo planted"
+    )
+    details = await attempt(state_dir, plant, config=FULL + 'hostWritable = ["~/work"]\n')
+    assert "planted" in details["_text"], details["_text"]
+
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    write_config(future, FULL)
+    try:
+        async with gateway(future):
+            token = read_token(future, OPERATOR_TOKEN_NAME)
+    except Exception as exc:  # refused: the defence
+        token = f"refused: {exc}"
+    assert token != chosen, "gateway B's operator token is the one the agent chose"
