@@ -294,3 +294,29 @@ async def test_class1_a_host_run_is_the_session_host_of_a_gateway_not_started_ye
     seen = json.loads(got) if got else {}
     assert a_token not in seen.get("stolen", ""), "A's operator token, covered in every view, was read"
     assert "the-operators-own-command" not in seen.get("command", ""), "B's command went to the agent"
+
+
+async def test_class1_a_recorded_state_dir_inside_an_outside_hostwritable_dir_is_covered(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held: gateway B's state dir in a directory agent main may write outside the home (its hostWritable)
+    is covered by the record in main's views (the cover a mount below the writable bind, put back over
+    the run's layers): main's run lists it empty and reads no token."""
+    shared = _shared(state_dir)
+    work = shared / "main-work"
+    work.mkdir()
+    future = work / "gw-b"
+    future.mkdir(mode=0o700)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    write_config(future, FULL)
+    async with gateway(future):
+        token = read_token(future, OPERATOR_TOKEN_NAME)
+    assert token
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state_dir))
+    details = await attempt(
+        state_dir,
+        f"cat {future}/{OPERATOR_TOKEN_NAME}; ls -A {future}; echo done",
+        config=FULL + f'hostWritable = ["{work}"]\n',
+    )
+    assert "done" in details["_text"], details["_text"]
+    assert token not in details["_text"] and "gateway.json" not in details["_text"], details["_text"]
