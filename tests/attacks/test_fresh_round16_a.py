@@ -8,8 +8,11 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
+import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -320,3 +323,48 @@ async def test_class1_a_recorded_state_dir_inside_an_outside_hostwritable_dir_is
     )
     assert "done" in details["_text"], details["_text"]
     assert token not in details["_text"] and "gateway.json" not in details["_text"], details["_text"]
+
+
+_CONNECT = (
+    "import socket, sys\n"
+    "for p in sys.argv[1:]:\n"
+    "    s = socket.socket(socket.AF_UNIX)\n"
+    "    try:\n"
+    "        s.connect(p); print(p, 'connected')\n"
+    "    except OSError as e:\n"
+    "        print(p, type(e).__name__)\n"
+)
+
+
+async def test_class5_a_link_in_a_writable_root_to_a_socket_in_a_read_only_tree_does_not_connect(
+    state_dir: Path,
+) -> None:
+    """Held: the operator's socket in a read-only tree (/var, a layer of the run's own) reached through a
+    link the agent's run made in its hostWritable dir outside the home, by a relative and an absolute
+    link, and by /proc/self/root: the link resolves into the layer, where nothing is bound (the run may
+    still bind a socket of its own in the writable dir)."""
+    shared = _shared(state_dir)
+    work = shared / "w"
+    work.mkdir()
+    spot = Path(tempfile.mkdtemp(prefix="eh16a-", dir="/var/tmp"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        spot.chmod(0o755)
+        server.bind(str(spot / "op.sock"))
+        server.listen(4)
+        rel = os.path.relpath(spot, work)
+        probe = (
+            f"ln -s {spot} {work}/abs && ln -s {rel} {work}/rel && "
+            f'(python3 -c \'import socket,os; s=socket.socket(socket.AF_UNIX); s.bind("{work}/own.sock"); '
+            f's.listen(1); print("bound")\') && '
+            f"python3 -c {shlex.quote(_CONNECT)} {work}/abs/op.sock {work}/rel/op.sock "
+            f"/proc/self/root{spot}/op.sock {spot}/op.sock"
+        )
+        details = await attempt(state_dir, probe, config=FULL + f'hostWritable = ["{work}"]\n')
+        text = details["_text"]
+        assert "bound" in text, text
+        for name in (f"{work}/abs/op.sock", f"{work}/rel/op.sock", f"/proc/self/root{spot}/op.sock"):
+            assert f"{name} ConnectionRefusedError" in text, text
+    finally:
+        server.close()
+        shutil.rmtree(spot)
