@@ -368,3 +368,40 @@ async def test_class5_a_link_in_a_writable_root_to_a_socket_in_a_read_only_tree_
     finally:
         server.close()
         shutil.rmtree(spot)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a directory above a protected path outside the home that a host command could rename "
+    "(_fixed_ancestors: its parent writable by the gateway's user) is bound over itself writable (`--bind D "
+    "D`); the kept view's run puts every mount below a layer back over it as it is, so D's whole tree is "
+    "the host's in the run, not a read-only layer: its files are written and its sockets connect.",
+)
+async def test_class5_a_tree_above_a_path_dir_outside_the_home_is_writable_and_its_sockets_connect(
+    state_dir: Path,
+) -> None:
+    """The operator's team tree outside the home (/opt/<team>), one agent's pathPrepend dir in it
+    (`/opt/<team>/tools/bin`) and beside it the team's other files and a service's socket: every tree
+    outside the writable roots is a read-only layer of the run's own (fresh round 14 c), so the agent's
+    run writes nothing there and no socket there answers it."""
+    team = Path(tempfile.mkdtemp(prefix="eh16a-", dir="/opt"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        team.chmod(0o755)
+        (team / "tools" / "bin").mkdir(parents=True)
+        (team / "srv").mkdir()
+        server.bind(str(team / "srv" / "op.sock"))
+        server.listen(4)
+        probe = (
+            f"echo planted > {team}/srv/planted && echo wrote; "
+            f"python3 -c {shlex.quote(_CONNECT)} {team}/srv/op.sock"
+        )
+        config = FULL + f'pathPrepend = ["{team}/tools/bin"]\n'
+        details = await attempt(state_dir, probe, config=config)
+        text = details["_text"]
+        assert f"{team}/srv/op.sock" in text, text  # the probe ran
+        assert f"{team}/srv/op.sock connected" not in text, text
+        assert not (team / "srv" / "planted").exists(), "the run wrote the operator's tree"
+    finally:
+        server.close()
+        shutil.rmtree(team)
