@@ -374,11 +374,13 @@ async def test_class5_a_link_in_a_writable_root_to_a_socket_in_a_read_only_tree_
     strict=True,
     reason="open: a directory above a protected path outside the home that a host command could rename "
     "(_fixed_ancestors: its parent writable by the gateway's user) is bound over itself writable (`--bind D "
-    "D`); the kept view's run puts every mount below a layer back over it as it is, so D's whole tree is "
-    "the host's in the run, not a read-only layer: its files are written and its sockets connect.",
+    "D`); a kept-view run puts every mount below a layer back over it as it is, and a run's own bwrap binds "
+    "it after own-pts made the layer (homelayer.unbound drops only a bind of a layer itself), so D's whole "
+    "tree is the host's in the run, not a read-only layer: its files are written and its sockets connect.",
 )
+@pytest.mark.parametrize("view", ["kept", "own-bwrap"])
 async def test_class5_a_tree_above_a_path_dir_outside_the_home_is_writable_and_its_sockets_connect(
-    state_dir: Path,
+    state_dir: Path, view: str
 ) -> None:
     """The operator's team tree outside the home (/opt/<team>), one agent's pathPrepend dir in it
     (`/opt/<team>/tools/bin`) and beside it the team's other files and a service's socket: every tree
@@ -397,7 +399,9 @@ async def test_class5_a_tree_above_a_path_dir_outside_the_home_is_writable_and_i
             f"python3 -c {shlex.quote(_CONNECT)} {team}/srv/op.sock"
         )
         config = FULL + f'pathPrepend = ["{team}/tools/bin"]\n'
-        details = await attempt(state_dir, probe, config=config)
+        # a workdir in a private dir runs in a bwrap of its own (hostview: `--chdir` there)
+        where = {"workdir": os.environ["EXECHOST_HOST_PRIVATE"]} if view == "own-bwrap" else {}
+        details = await attempt(state_dir, probe, config=config, **where)
         text = details["_text"]
         assert f"{team}/srv/op.sock" in text, text  # the probe ran
         assert f"{team}/srv/op.sock connected" not in text, text
