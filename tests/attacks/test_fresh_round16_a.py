@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -400,7 +401,9 @@ async def test_class5_a_tree_above_a_path_dir_outside_the_home_is_writable_and_i
         )
         config = FULL + f'pathPrepend = ["{team}/tools/bin"]\n'
         # a workdir in a private dir runs in a bwrap of its own (hostview: `--chdir` there)
-        where = {"workdir": os.environ["EXECHOST_HOST_PRIVATE"]} if view == "own-bwrap" else {}
+        where: dict[str, Any] = (
+            {"workdir": os.environ["EXECHOST_HOST_PRIVATE"]} if view == "own-bwrap" else {}
+        )
         details = await attempt(state_dir, probe, config=config, **where)
         text = details["_text"]
         assert f"{team}/srv/op.sock" in text, text  # the probe ran
