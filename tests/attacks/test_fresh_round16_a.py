@@ -412,3 +412,42 @@ async def test_class5_a_tree_above_a_path_dir_outside_the_home_is_writable_and_i
     finally:
         server.close()
         shutil.rmtree(team)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
+)
+async def test_class1_another_accounts_session_host_gets_no_command(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held: the same fake session host served by a Unix-mapped agent's own account (in a state dir it
+    made, adopted as above) is refused by the peer's uid: the gateway runs its sessions as plain children
+    and hands the fake nothing of a command."""
+    shared = _shared(state_dir)
+    os.chmod(state_dir.parent, 0o755)
+    future = shared / "exechost-b"
+    loot = shared / "loot"
+    (shared / "fakehost.py").write_text(FAKE_HOST)
+    os.chmod(shared / "fakehost.py", 0o644)
+    fake = subprocess.Popen(
+        ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups", "/bin/sh", "-c",
+         f"umask 022; mkdir -p {future}/holders && exec python3 {shared}/fakehost.py "
+         f"{future}/holders/host.sock {loot} {state_dir / OPERATOR_TOKEN_NAME}"],
+        stdout=subprocess.PIPE, text=True, cwd="/",
+    )  # fmt: skip
+    try:
+        assert fake.stdout is not None and fake.stdout.readline().strip() == "ready"
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+        monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")
+        write_config(future, FULL)
+        async with gateway(future):
+            client = await connect(future)
+            try:
+                result = await client.request("exec", {"command": "echo the-operators-own-command"})
+            finally:
+                await client.close()
+        assert "the-operators-own-command" in result["text"], result  # ran, as a plain child
+        assert not loot.exists(), loot.read_text()
+    finally:
+        fake.kill()
+        fake.wait()
