@@ -451,3 +451,26 @@ async def test_class1_another_accounts_session_host_gets_no_command(
     finally:
         fake.kill()
         fake.wait()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the same fixed-ancestor bind (`--bind D D`, writable, the host's over every layer) is made "
+    "above another agent's hostWritable root outside the home: agent main writes the directory holding "
+    "ops's covered root, and plants a repository there that git finds from ops's root (discovery walks up).",
+)
+async def test_class4_an_agent_writes_the_directory_above_another_agents_root_outside_the_home(
+    state_dir: Path,
+) -> None:
+    team = Path(tempfile.mkdtemp(prefix="eh16a-", dir="/opt"))
+    try:
+        team.chmod(0o755)
+        (team / "work" / "ops").mkdir(parents=True)
+        config = FULL + f'\n[[agents.list]]\nid = "ops"\ntools.exec.hostWritable = ["{team}/work/ops"]\n'
+        work = team / "work"
+        plant = f"mkdir {work}/.git && echo '[core]' > {work}/.git/config; ls -A {work}/ops; echo done"
+        details = await attempt(state_dir, plant, config=config)  # agent main
+        assert "done" in details["_text"], details["_text"]
+        assert not (team / "work" / ".git").exists(), "main planted a repository above ops's root"
+    finally:
+        shutil.rmtree(team)
