@@ -474,3 +474,31 @@ async def test_class4_an_agent_writes_the_directory_above_another_agents_root_ou
         assert not (team / "work" / ".git").exists(), "main planted a repository above ops's root"
     finally:
         shutil.rmtree(team)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the same fixed-ancestor bind is made above the gateway's own state dir outside the home "
+    "(a service's /srv/<team>/exechost/state): every sibling of the state dir there is the host's in every "
+    "host run, written by any agent, its sockets connecting, with no agent's config naming it.",
+)
+async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = Path(tempfile.mkdtemp(prefix="eh16a-", dir="/opt"))
+    try:
+        team.chmod(0o755)
+        state = team / "gw" / "state"
+        state.mkdir(parents=True, mode=0o700)
+        (team / "gw" / "backups").mkdir()
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        details = await attempt(state, f"echo planted > {team}/gw/backups/planted; echo done", config=FULL)
+        assert "done" in details["_text"], details["_text"]
+        assert not (team / "gw" / "backups" / "planted").exists(), "a run wrote beside the state dir"
+    finally:
+        # the gateway's capped private dirs are mounts under its state dir (engine.commands.privatefs)
+        with open("/proc/self/mountinfo") as table:
+            points = [line.split()[4] for line in table]
+        for point in sorted((p for p in points if p.startswith(f"{team}/")), reverse=True):
+            subprocess.run(["umount", "-l", point], check=False)
+        shutil.rmtree(team)
