@@ -502,3 +502,31 @@ async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
         for point in sorted((p for p in points if p.startswith(f"{team}/")), reverse=True):
             subprocess.run(["umount", "-l", point], check=False)
         shutil.rmtree(team)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a hostWritable root outside the home is bound as found, whoever owns it (the gateway "
+    "makes a missing one itself, otherroots.make_missing, but takes a present one as is): agent main's own "
+    "Unix account makes agent ops's root first in a world-writable dir, then reads and renames what ops's "
+    "host runs write there (a Makefile ops runs next is main's to replace); the agents' socket dir, by "
+    "contrast, must be the gateway's own.",
+)
+async def test_class1_another_agents_root_made_first_by_an_agents_own_account(state_dir: Path) -> None:
+    shared = _shared(state_dir)
+    os.chmod(state_dir.parent, 0o755)
+    root = shared / "ops-work"  # ops's hostWritable, not made yet
+    made = _as_agent(f"umask 0; mkdir {root}")  # 0777, owned by main's account
+    assert made.returncode == 0, made.stderr
+    config = FULL + f'\n[[agents.list]]\nid = "ops"\ntools.exec.hostWritable = ["{root}"]\n'
+    details = await attempt(
+        state_dir, f"echo ops-secret > {root}/notes.txt; echo done", config=config, agent="ops"
+    )
+    assert "done" in details["_text"], details["_text"]
+    read = _as_agent(
+        f"cat {root}/notes.txt 2>/dev/null; mv {root}/notes.txt {root}/gone 2>/dev/null && echo moved"
+    )
+    assert "ops-secret" not in read.stdout and "moved" not in read.stdout, read.stdout
