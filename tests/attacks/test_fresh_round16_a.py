@@ -521,7 +521,10 @@ async def test_class1_another_agents_root_made_first_by_an_agents_own_account(st
     root = shared / "ops-work"  # ops's hostWritable, not made yet
     made = _as_agent(f"umask 0; mkdir {root}")  # 0777, owned by main's account
     assert made.returncode == 0, made.stderr
-    config = FULL + f'\n[[agents.list]]\nid = "ops"\ntools.exec.hostWritable = ["{root}"]\n'
+    config = (
+        FULL + f'\n[[agents.list]]\nid = "main"\nuid = {AGENT_UID}\n'  # main: an agent on its own account
+        f'\n[[agents.list]]\nid = "ops"\ntools.exec.hostWritable = ["{root}"]\n'
+    )
     details = await attempt(
         state_dir, f"echo ops-secret > {root}/notes.txt; echo done", config=config, agent="ops"
     )
