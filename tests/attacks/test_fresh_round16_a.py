@@ -533,3 +533,24 @@ async def test_class1_another_agents_root_made_first_by_an_agents_own_account(st
         f"cat {root}/notes.txt 2>/dev/null; mv {root}/notes.txt {root}/gone 2>/dev/null && echo moved"
     )
     assert "ops-secret" not in read.stdout and "moved" not in read.stdout, read.stdout
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
+)
+async def test_class4_a_path_dir_another_account_made_first_is_not_on_the_runs_path(state_dir: Path) -> None:
+    """Held (the contrast to the hostWritable root above): ops's pathPrepend dir, made first by main's own
+    account in a shared dir with a program in it, is dropped from ops's PATH (hostenv.host_path keeps only
+    directories no one but root can change outside the home): ops's run does not find main's program."""
+    shared = _shared(state_dir)
+    os.chmod(state_dir.parent, 0o755)
+    tools = shared / "tools" / "bin"
+    made = _as_agent(
+        f"umask 022; mkdir -p {tools} && printf '#!/bin/sh\\necho mains-program\\n' > {tools}/hello "
+        f"&& chmod 755 {tools}/hello"
+    )
+    assert made.returncode == 0, made.stderr
+    config = FULL + f'\n[[agents.list]]\nid = "ops"\ntools.exec.pathPrepend = ["{tools}"]\n'
+    details = await attempt(state_dir, "hello; echo done", config=config, agent="ops")
+    assert "done" in details["_text"], details["_text"]
+    assert "mains-program" not in details["_text"], details["_text"]
