@@ -608,3 +608,32 @@ async def test_class6_tokens_planted_after_adopts_look_are_the_gateways(
     except Exception as exc:  # refused: the defence
         token = f"refused: {exc}"
     assert token != chosen + "operator.json", "gateway B's operator token is the one the agent chose"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: through the same writable fixed ancestor, a host run rewrites what a PATH tool outside the "
+    "home loads from beside its bin (a Linuxbrew or /opt/<tool> layout: lib/, libexec/, Cellar/), and the "
+    "operator's next run of the tool, outside every view, runs the agent's code (round 8 r's Linuxbrew "
+    "git, back through the tool's siblings rather than its bin).",
+)
+async def test_class4_a_path_tools_sibling_library_is_rewritten_for_the_operators_next_run(
+    state_dir: Path,
+) -> None:
+    brew = Path(tempfile.mkdtemp(prefix="eh16a-", dir="/opt"))
+    try:
+        brew.chmod(0o755)
+        (brew / "bin").mkdir()
+        (brew / "lib").mkdir()
+        (brew / "lib" / "tool.sh").write_text("echo the-tools-own-work\n")
+        tool = brew / "bin" / "tool"
+        tool.write_text('#!/bin/sh\n. "$(dirname "$0")/../lib/tool.sh"\n')
+        tool.chmod(0o755)
+        config = FULL + f'pathPrepend = ["{brew}/bin"]\n'
+        plant = f"echo 'echo AGENT-CODE-RAN' > {brew}/lib/tool.sh; echo done"
+        details = await attempt(state_dir, plant, config=config)
+        assert "done" in details["_text"], details["_text"]
+        ran = subprocess.run([str(tool)], capture_output=True, text=True, check=False)  # the operator's own
+        assert "AGENT-CODE-RAN" not in ran.stdout, "the operator's tool ran the agent's code"
+    finally:
+        shutil.rmtree(brew)
