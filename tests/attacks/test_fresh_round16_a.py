@@ -613,9 +613,9 @@ async def test_class6_tokens_planted_after_adopts_look_are_the_gateways(
 @pytest.mark.xfail(
     strict=True,
     reason="open: through the same writable fixed ancestor, a host run rewrites what a PATH tool outside the "
-    "home loads from beside its bin (a Linuxbrew or /opt/<tool> layout: lib/, libexec/, Cellar/), and the "
-    "operator's next run of the tool, outside every view, runs the agent's code (round 8 r's Linuxbrew "
-    "git, back through the tool's siblings rather than its bin).",
+    "home loads from beside its bin (a tool in a directory of the operator's, /srv/<op>/<tool>/{bin,lib}: "
+    "its parent the gateway user's to write), and the operator's next run of the tool, outside every "
+    "view, runs the agent's code (round 8 r's PATH tool, back through its siblings rather than its bin).",
 )
 async def test_class4_a_path_tools_sibling_library_is_rewritten_for_the_operators_next_run(
     state_dir: Path,
