@@ -637,3 +637,46 @@ async def test_class4_a_path_tools_sibling_library_is_rewritten_for_the_operator
         assert "AGENT-CODE-RAN" not in ran.stdout, "the operator's tool ran the agent's code"
     finally:
         shutil.rmtree(brew)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None,
+    reason="runs a non-root gateway's run as nobody (needs root)",
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: for a gateway that is not root as well: the fixed ancestor of a pathPrepend dir in the "
+    "gateway user's own tree is carried over the /opt layer by own-pts (homelayer.own_words) and bound by "
+    "fd by bwrap, so the run (nobody, in its user namespace) writes the tree beside the PATH dir; the rest "
+    "of /opt is read-only.",
+)
+def test_class5_a_non_root_runs_fixed_ancestor_is_writable(state_dir: Path) -> None:
+    from engine.commands import homelayer, hostkeeper
+
+    team = Path(tempfile.mkdtemp(prefix="eh16a-", dir="/opt"))
+    helper = state_dir.parent / "hostenter"
+    try:
+        state_dir.parent.chmod(0o755)
+        helper.write_bytes(Path(str(hostkeeper.helper_path())).read_bytes())
+        helper.chmod(0o755)
+        team.chmod(0o755)
+        fixed = team / "tools"  # above the pathPrepend dir tools/bin; its parent is nobody's: renameable
+        (fixed / "bin").mkdir(parents=True)
+        (fixed / "lib").mkdir()
+        for path in (team, fixed, fixed / "bin", fixed / "lib"):
+            os.chown(path, 65534, 65534)
+        ops = ["--bind", str(fixed), str(fixed)]  # hostview's fixed-ancestor bind
+        kept, carried = homelayer.own_words(ops, ["/opt"])
+        assert kept == ["/opt"] and carried == [str(fixed)], (kept, carried)
+        run = (
+            f"exec 5<{fixed}; {helper} own-pts - /opt +{fixed} -- bwrap --dev-bind / / --bind-fd 5 {fixed} "
+            f"-- /bin/sh -c 'echo x > {fixed}/lib/planted; echo y > {team}/beside || echo beside-refused'"
+        )
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c", run],
+            capture_output=True, text=True, check=False, cwd="/",
+        )  # fmt: skip
+        assert "beside-refused" in done.stdout, done.stdout + done.stderr  # /opt is a read-only layer
+        assert not (fixed / "lib" / "planted").exists(), "the non-root run wrote beside the PATH dir"
+    finally:
+        shutil.rmtree(team)
