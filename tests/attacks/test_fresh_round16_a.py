@@ -1,5 +1,7 @@
-"""Fresh round 16 a: what an agent does from inside its host runs against the newest constructions (the
-system layer, recorded state dirs and adopt, the command text off the argv)."""
+"""Fresh round 16 a: what an agent does from inside its host runs (and from its own Unix account) against
+the newest constructions: the state dir a gateway adopts (judged by a list of the names it holds, once,
+never by who may write it), the session host a gateway trusts by uid, and the system layer (a directory
+fixed in place above a protected path is bound from the host, writable, over every layer)."""
 
 from __future__ import annotations
 
