@@ -742,3 +742,69 @@ echo planted"""
     finally:
         _unmount_below(team)
         shutil.rmtree(team)
+
+
+FAKE_GATEWAY = r"""
+import os, socket, sys
+path, loot = sys.argv[1:3]
+os.rename(path, path + ".old")  # the gateway's own socket, renamed in a directory this account owns
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(path)
+os.chmod(path, 0o777)
+srv.listen(4)
+print("ready", flush=True)
+conn, _ = srv.accept()
+line = b""
+while not line.endswith(b"\n"):
+    chunk = conn.recv(65536)
+    if not chunk:
+        break
+    line += chunk
+with open(loot, "wb") as f:
+    f.write(line)
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: in a state dir another account made (adopted, kept that account's), that account puts a "
+    "socket of its own at gateway.sock, and the operator's client presents the operator token to it: "
+    "ControlClient never asks the kernel who the server is (the gateway checks its peers' uid; its clients "
+    "do not check the gateway's, as the gateway checks its session host's).",
+)
+async def test_class1_the_operators_client_hands_its_token_to_another_accounts_socket(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = _shared(state_dir)
+    os.chmod(state_dir.parent, 0o755)
+    future = shared / "exechost-b"
+    loot = shared / "hello"
+    (shared / "fakegw.py").write_text(FAKE_GATEWAY)
+    os.chmod(shared / "fakegw.py", 0o644)
+    made = _as_agent(f"umask 022; mkdir {future}")
+    assert made.returncode == 0, made.stderr
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    write_config(future, FULL)
+    async with gateway(future):
+        token = read_token(future, OPERATOR_TOKEN_NAME)
+        fake = subprocess.Popen(
+            ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups", "/usr/bin/python3",
+             str(shared / "fakegw.py"), str(future / "gateway.sock"), str(loot)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
+        )  # fmt: skip
+        try:
+            ready = fake.stdout.readline().strip() if fake.stdout is not None else ""
+            assert ready == "ready", (ready, fake.stderr.read() if fake.stderr else "")
+            with contextlib.suppress(Exception):
+                client = await connect(future)  # the operator's console or CLI
+                await client.close()
+            fake.wait(timeout=10)
+        finally:
+            fake.kill()
+            fake.wait()
+    assert token
+    said = loot.read_bytes() if loot.exists() else b""
+    assert token.encode() not in said, "the operator token went to another account's socket"
