@@ -22,7 +22,7 @@ import pytest
 from engine import principals
 from engine.approvals.store import ApprovalsStore
 from tests.helpers.browser import browser_image, browser_state  # noqa: F401 (fixtures)
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import connect, gateway, listed, write_config
 from tests.helpers.webconsole import serve_web
 
 
@@ -307,7 +307,7 @@ async def test_class1_the_cdp_urls_token_in_the_operators_shell_history_drives_a
     websocket URLs carry a one-use secret. What the history keeps is spent. (Limit: a URL printed and not
     used is a bearer key for its 60 s.)"""
     home = Path(os.environ["HOME"])
-    write_config(browser_state, (browser_state / "config.toml").read_text() + MAIN_CAT)
+    write_config(browser_state, (browser_state / "config.toml").read_text() + MAIN_CAT + listed("ops"))
     ApprovalsStore(browser_state / "exec-approvals.json").add_allowlist("main", "/usr/bin/cat")
     async with gateway(browser_state):
         op = await connect(browser_state)
