@@ -1,0 +1,64 @@
+"""Fresh round 16 b: the wire and the principals (proofs, run identity, the operator's scope, egress per
+proof, revoke/rotate and live re-decisions), as a hostile agent holding its own credential, a node, or a
+local process of another account."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import principals
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+pytestmark = pytest.mark.asyncio
+
+
+def _config(state: Path, extra: str = "") -> Path:
+    """Allowlist with asks; a writable dir outside the state dir where an approved run leaves its mark."""
+    work = state.parent / "w"
+    work.mkdir(exist_ok=True)
+    write_config(
+        state,
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'hostWritable = ["{work}"]\n' + extra,
+    )
+    return work
+
+
+async def _exec(client: Any, command: str, **params: Any) -> dict[str, Any]:
+    result = await client.request("exec", {"command": command, **params})
+    details: dict[str, Any] = result["details"]
+    return details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a credential removed on disk is ended (its asks settled, its generation bumped) only "
+    "through a live connection that presented it (GatewayServer.recheck collects the dropped connections' "
+    "credentials): an agent that asked, then hung up, keeps its ask approvable after the operator removes "
+    "its credential and runs `agents refresh`; the operator's yes runs it (a restart would deny it).",
+)
+async def test_class2_a_removed_credentials_ask_runs_when_its_agent_hung_up_first(state_dir: Path) -> None:
+    work = _config(state_dir)
+    token = principals.mint(state_dir, "ops")
+    marker = work / "ran"
+    async with gateway(state_dir) as server:
+        ops = await connect(state_dir, client="ops", operator=False, credential=token)
+        details = await _exec(ops, f"touch {marker}", cwd=str(work))
+        assert details["status"] == "approval-pending"
+        approval = details["approvalId"]
+        await ops.close()  # the leaker asks, then is gone before anyone notices the leak
+        # The operator retires the leaked credential by hand and asks the gateway to re-decide.
+        (principals.agents_dir(state_dir) / "ops.json").unlink()
+        op = await connect(state_dir)
+        try:
+            await op.request("agents.refresh", {})
+            await op.request("approve", {"id": approval, "decision": "allow-once"})
+            record = server.services.approvals.get(approval)
+            # it ran (the mark is there), or it was settled as the revoke settles it (noted denied)
+            await wait_until(lambda: marker.exists() or (record.run or {}).get("status") == "denied")
+        finally:
+            await op.close()
+    assert not marker.exists()
