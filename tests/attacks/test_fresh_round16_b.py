@@ -62,3 +62,44 @@ async def test_class2_a_removed_credentials_ask_runs_when_its_agent_hung_up_firs
         finally:
             await op.close()
     assert not marker.exists()
+
+
+def _replace_gateway_token(state: Path) -> None:
+    """The operator rotates a leaked gateway token: a new gateway.json (a new inode, as ensure_token makes)."""
+    import json
+    import secrets
+
+    from engine import statefs
+    from engine.protocol.frames import PROTOCOL_VERSION, token_path
+
+    body = json.dumps({"version": PROTOCOL_VERSION, "token": secrets.token_urlsafe(24)}) + "\n"
+    statefs.atomic_write(token_path(state), body)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the anonymous proof (`anonymous>main`, the gateway token alone) is decided by the config "
+    "only (liveprincipal.proof_holds): when the operator replaces a leaked gateway.json, the old token's "
+    "connections are dropped but the ask it made keeps its proof, stays approvable, and runs when approved.",
+)
+async def test_class2_a_replaced_gateway_tokens_ask_runs_when_approved(state_dir: Path) -> None:
+    work = _config(state_dir)
+    marker = work / "ran"
+    async with gateway(state_dir) as server:
+        leaker = await connect(state_dir, client="leaker", operator=False)  # the gateway token alone: main
+        details = await _exec(leaker, f"touch {marker}", cwd=str(work))
+        assert details["status"] == "approval-pending"
+        approval = details["approvalId"]
+        _replace_gateway_token(state_dir)
+        op = await connect(state_dir)  # with the new token; its handshake sees the change
+        try:
+            await op.request("agents.refresh", {})
+            # the old token's holder is dropped, as the construction says
+            await wait_until(lambda: not [c for c in server.connections if not c.operator])
+            await op.request("approve", {"id": approval, "decision": "allow-once"})
+            record = server.services.approvals.get(approval)
+            await wait_until(lambda: marker.exists() or (record.run or {}).get("status") == "denied")
+        finally:
+            await op.close()
+            await leaker.close()
+    assert not marker.exists()
