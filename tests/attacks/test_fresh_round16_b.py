@@ -65,7 +65,7 @@ async def test_class2_a_removed_credentials_ask_runs_when_its_agent_hung_up_firs
 
 
 def _replace_gateway_token(state: Path) -> None:
-    """The operator rotates a leaked gateway token: a new gateway.json (a new inode, as ensure_token makes)."""
+    """The operator rotates a leaked gateway token: a new gateway.json (a new inode, as ensure_token)."""
     import json
     import secrets
 
