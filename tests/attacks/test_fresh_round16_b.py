@@ -103,3 +103,77 @@ async def test_class2_a_replaced_gateway_tokens_ask_runs_when_approved(state_dir
             await op.close()
             await leaker.close()
     assert not marker.exists()
+
+
+def _feed(fifo: Path) -> None:
+    """One line into the run's FIFO (blocks until the run opens it to read: an event, not a sleep)."""
+    with open(fifo, "w") as f:
+        f.write("go\n")
+
+
+EGRESS = (
+    '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nallow = ["origin.test:{port}"]\n'
+    'resolve = {{ "origin.test" = "127.0.0.1" }}\nask = false\n'
+)
+
+
+RESTORED = pytest.mark.xfail(
+    strict=True,
+    reason="open: a restored ask runs with no stamp (engine.tools.resume.resume_ask authorizes nothing), so "
+    "hostnet serves it under the agent's generation alone (EgressHub.host_generation: no stamp, no proof): "
+    'the gateway-token-alone ask approved after a restart keeps its egress when `anonymous = "none"` '
+    "cuts that proof off, where the same run approved before the restart loses it.",
+)
+
+
+@pytest.mark.parametrize("restart", [False, pytest.param(True, marks=RESTORED)])
+async def test_class7_a_restored_anonymous_runs_egress_outlives_its_proofs_cut(
+    state_dir: Path, restart: bool
+) -> None:
+    """Held live (restart False); open across a restart."""
+    import asyncio
+    import os
+
+    from tests.helpers.egress import origin
+
+    with origin() as org:
+        egress = EGRESS.format(port=org.port)
+        work = _config(state_dir, egress)
+        fifo = work / "go"
+        os.mkfifo(fifo)
+        one, two = work / "one", work / "two"
+        url = f"http://origin.test:{org.port}"
+        command = (
+            f"read a < {fifo}; curl -s {url}/one > {one} 2>&1; "
+            f"read b < {fifo}; curl -s {url}/two > {two} 2>&1; true"
+        )
+        first = gateway(state_dir)
+        server = await first.__aenter__()
+        leaker = await connect(state_dir, client="leaker", operator=False)  # the gateway token alone
+        details = await _exec(leaker, command, cwd=str(work))
+        await leaker.close()
+        assert details["status"] == "approval-pending"
+        approval = details["approvalId"]
+        if restart:
+            await first.__aexit__(None, None, None)
+            first = gateway(state_dir)
+            server = await first.__aenter__()  # the ask is restored, its proof `anonymous>main` with it
+        try:
+            op = await connect(state_dir)
+            try:
+                await op.request("approve", {"id": approval, "decision": "allow-once"})
+                await asyncio.to_thread(_feed, fifo)
+                await wait_until(lambda: one.exists() and "origin says hello" in one.read_text(), timeout=20)
+                # The operator shuts the gateway token's door: the proof the ask was made under ends.
+                _config(state_dir, egress + '[gateway]\nanonymous = "none"\n')
+                await op.request("agents.refresh", {})
+                await asyncio.to_thread(_feed, fifo)
+                record = server.services.approvals.get(approval)
+                await wait_until(
+                    lambda: (record.run or {}).get("status") not in (None, "starting", "running")
+                )
+            finally:
+                await op.close()
+        finally:
+            await first.__aexit__(None, None, None)
+        assert "origin says hello" not in two.read_text()
