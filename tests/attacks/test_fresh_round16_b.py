@@ -46,7 +46,7 @@ async def test_class2_a_removed_credentials_ask_runs_when_its_agent_hung_up_firs
     marker = work / "ran"
     async with gateway(state_dir) as server:
         ops = await connect(state_dir, client="ops", operator=False, credential=token)
-        details = await _exec(ops, f"touch {marker}", cwd=str(work))
+        details = await _exec(ops, f"touch {marker}", workdir=str(work))
         assert details["status"] == "approval-pending"
         approval = details["approvalId"]
         await ops.close()  # the leaker asks, then is gone before anyone notices the leak
@@ -87,7 +87,7 @@ async def test_class2_a_replaced_gateway_tokens_ask_runs_when_approved(state_dir
     marker = work / "ran"
     async with gateway(state_dir) as server:
         leaker = await connect(state_dir, client="leaker", operator=False)  # the gateway token alone: main
-        details = await _exec(leaker, f"touch {marker}", cwd=str(work))
+        details = await _exec(leaker, f"touch {marker}", workdir=str(work))
         assert details["status"] == "approval-pending"
         approval = details["approvalId"]
         _replace_gateway_token(state_dir)
@@ -150,7 +150,7 @@ async def test_class7_a_restored_anonymous_runs_egress_outlives_its_proofs_cut(
         first = gateway(state_dir)
         server = await first.__aenter__()
         leaker = await connect(state_dir, client="leaker", operator=False)  # the gateway token alone
-        details = await _exec(leaker, command, cwd=str(work))
+        details = await _exec(leaker, command, workdir=str(work))
         await leaker.close()
         assert details["status"] == "approval-pending"
         approval = details["approvalId"]
@@ -177,3 +177,47 @@ async def test_class7_a_restored_anonymous_runs_egress_outlives_its_proofs_cut(
         finally:
             await first.__aexit__(None, None, None)
         assert "origin says hello" not in two.read_text()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an exec-approvals.sock ask relayed by the console (`approvals.relay`, the operator's "
+    'connection) is the anonymous principal\'s (agent main, or nobody under `anonymous = "none"`) but is '
+    'filed with no proof (the operator\'s call is unstamped): `anonymous = "none"` does not settle it, and '
+    "the operator's allow-always then saves main's allowlist entry, so main's later exec runs unasked.",
+)
+async def test_class1_a_relayed_socket_ask_outlives_anonymous_none_and_allows_main(state_dir: Path) -> None:
+    import asyncio
+
+    work = _config(state_dir)
+    marker = work / "ran"
+    command = f"touch {marker}"
+    main_token = principals.mint(state_dir, "main")  # the real agent main, with its own credential
+    async with gateway(state_dir):
+        console = await connect(state_dir, client="console")  # hosts exec-approvals.sock, relays its asks
+        op = await connect(state_dir, client="op")
+        try:
+            relayed = asyncio.ensure_future(
+                console.request("approvals.relay", {"id": "sock-1", "command": command, "cwd": str(work)})
+            )
+
+            async def asked() -> bool:
+                return bool((await op.request("approvals.pending", {}))["approvals"])
+
+            await wait_until(asked)
+            # The operator shuts every door the gateway token (and the socket's token) opened alone.
+            _config(state_dir, '[gateway]\nanonymous = "none"\n')
+            await op.request("agents.refresh", {})
+            rows = (await op.request("approvals.pending", {}))["approvals"]
+            if rows:
+                await op.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
+            await asyncio.wait_for(asyncio.shield(relayed), 30)
+            main = await connect(state_dir, client="main", operator=False, credential=main_token)
+            try:
+                details = await _exec(main, command, workdir=str(work))
+            finally:
+                await main.close()
+        finally:
+            await op.close()
+            await console.close()
+    assert details["status"] == "approval-pending", details
