@@ -221,3 +221,63 @@ async def test_class1_a_relayed_socket_ask_outlives_anonymous_none_and_allows_ma
             await op.close()
             await console.close()
     assert details["status"] == "approval-pending", details
+
+
+def _replace_operator_token(state: Path) -> None:
+    """The operator rotates a leaked operator token (a new operator.json, a new inode)."""
+    import json
+    import secrets
+
+    from engine import statefs
+    from engine.protocol.frames import OPERATOR_TOKEN_NAME, PROTOCOL_VERSION, token_path
+
+    body = json.dumps({"version": PROTOCOL_VERSION, "token": secrets.token_urlsafe(24)}) + "\n"
+    statefs.atomic_write(token_path(state, OPERATOR_TOKEN_NAME), body)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='open: the operator\'s calls are unstamped (liveprincipal.proof_key is "" for the operator) and '
+    "its host runs' egress is served under no proof (`hostnet._operator`): a run the leaked operator token "
+    "started keeps its way out after the operator replaces operator.json, though the token's connections "
+    "are dropped (a rotated agent credential's runs lose theirs).",
+)
+async def test_class1_a_replaced_operator_tokens_run_keeps_its_egress(state_dir: Path) -> None:
+    import asyncio
+    import os
+
+    from tests.helpers.egress import origin
+
+    with origin() as org:
+        work = state_dir.parent / "w"
+        work.mkdir()
+        write_config(
+            state_dir,
+            '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+            f'hostWritable = ["{work}"]\n' + EGRESS.format(port=org.port),
+        )
+        fifo = work / "go"
+        os.mkfifo(fifo)
+        one, two = work / "one", work / "two"
+        url = f"http://origin.test:{org.port}"
+        command = (
+            f"read a < {fifo}; curl -s {url}/one > {one} 2>&1; "
+            f"read b < {fifo}; curl -s {url}/two > {two} 2>&1; echo end > {work / 'end'}"
+        )
+        async with gateway(state_dir) as server:
+            leaked = await connect(state_dir, client="leaked")  # whoever read operator.json
+            details = await _exec(leaked, command, workdir=str(work), background=True)
+            assert details["status"] == "running", details
+            await asyncio.to_thread(_feed, fifo)
+            await wait_until(lambda: one.exists() and "origin says hello" in one.read_text(), timeout=20)
+            _replace_operator_token(state_dir)
+            op = await connect(state_dir, client="op")  # the new token; its handshake sees the change
+            try:
+                await op.request("agents.refresh", {})
+                await wait_until(lambda: not [c for c in server.connections if c.name == "leaked"])
+                await asyncio.to_thread(_feed, fifo)
+                await wait_until(lambda: (work / "end").exists(), timeout=20)
+            finally:
+                await op.close()
+                await leaked.close()
+    assert "origin says hello" not in two.read_text()
