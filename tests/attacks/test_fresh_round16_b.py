@@ -281,3 +281,36 @@ async def test_class1_a_replaced_operator_tokens_run_keeps_its_egress(state_dir:
                 await op.close()
                 await leaked.close()
     assert "origin says hello" not in two.read_text()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own exec (naming no agent) is the operator's ask (marked `operator`, shown "
+    "to no agent), but its allow-always is saved under `ExecContext.owner`, the agent named for policy "
+    "(main): agent main then runs that command unasked. Its egress allow-always goes to `_operator`; "
+    "a command's allowlist entry is keyed by whose policy applies, not by who ran.",
+)
+async def test_class2_the_operators_own_allow_always_is_agent_mains(state_dir: Path) -> None:
+    work = _config(state_dir)
+    marker = work / "ran"
+    command = f"touch {marker}"
+    main_token = principals.mint(state_dir, "main")
+    async with gateway(state_dir) as server:
+        op = await connect(state_dir, client="op")
+        try:
+            details = await _exec(op, command, workdir=str(work))
+            assert details["status"] == "approval-pending"
+            record = server.services.approvals.get(details["approvalId"])
+            assert record.view().get("operator") is True  # the operator's own ask, as shown
+            await op.request("approve", {"id": record.id, "decision": "allow-always"})
+            await wait_until(marker.exists)
+            marker.unlink()
+        finally:
+            await op.close()
+        main = await connect(state_dir, client="main", operator=False, credential=main_token)
+        try:
+            again = await _exec(main, command, workdir=str(work))
+        finally:
+            await main.close()
+    assert again["status"] == "approval-pending", again
+    assert not marker.exists()
