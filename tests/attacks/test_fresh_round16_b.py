@@ -314,3 +314,40 @@ async def test_class2_the_operators_own_allow_always_is_agent_mains(state_dir: P
             await main.close()
     assert again["status"] == "approval-pending", again
     assert not marker.exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an ask's requester is (sessionKey, nodeApprovalId), and the operator's own sessionless "
+    "call and every agent's sessionless call are both (\"\", None): agent main's identical call is taken "
+    "for a repeat of the operator's own ask, not a new requester, so the operator is shown an ask of its own "
+    "(marked `operator`, one requester) while main's call waits on it and runs on its yes (here "
+    "allow-always; a deny hands main the operator's reason).",
+)
+async def test_class2_agent_main_hides_behind_the_operators_own_ask(state_dir: Path) -> None:
+    import asyncio
+
+    work = _config(state_dir)
+    command = f"touch {work / 'x'}"
+    main_token = principals.mint(state_dir, "main")
+    async with gateway(state_dir) as server:
+        console = await connect(state_dir, client="console")  # an approver is attached: calls wait
+        await console.request("approvals.attach", {})
+        op = await connect(state_dir, client="op")
+        main = await connect(state_dir, client="main", operator=False, credential=main_token)
+        try:
+            own = asyncio.ensure_future(_exec(op, command, workdir=str(work)))
+            await wait_until(server.services.approvals.pending)
+            record = server.services.approvals.pending()[0]
+            hidden = asyncio.ensure_future(_exec(main, command, workdir=str(work)))
+            await wait_until(lambda: record.count >= 2)  # main's call is on the operator's record
+            shown = record.view()  # what the operator decides on
+            await console.request("approve", {"id": record.id, "decision": "allow-always"})
+            await own
+            ran = await hidden
+        finally:
+            await main.close()
+            await op.close()
+            await console.close()
+    mains_shown = not shown.get("operator") or shown["requesterCount"] > 1
+    assert mains_shown or ran["status"] != "completed", (shown, ran)
