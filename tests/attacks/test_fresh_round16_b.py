@@ -420,3 +420,32 @@ async def test_class7_a_crash_inside_a_live_revoke_leaves_the_agents_run_running
     finally:
         daemon.stop()
     assert gone, "ops's run, revoked, ran on after the restart"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own ask (an exec naming no agent) is counted in agent main's share of "
+    "pending asks (ApprovalRequest.principal is its owner or its agent, and the operator's call names main "
+    "for policy): main's 32 asks leave the operator's own exec refused (APPROVAL_QUEUE_FULL, \"agent main "
+    'already has 32 approvals waiting").',
+)
+async def test_class3_agent_mains_asks_fill_the_operators_own_share(state_dir: Path) -> None:
+    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+    from engine.protocol.frames import RemoteError
+
+    work = _config(state_dir)
+    async with gateway(state_dir):
+        main = await connect(state_dir, client="main", operator=False)
+        op = await connect(state_dir, client="op")
+        try:
+            for n in range(MAX_PENDING_PER_AGENT):
+                asked = await _exec(main, f"touch {work / str(n)}", workdir=str(work))
+                assert asked["status"] == "approval-pending"
+            try:
+                own = await _exec(op, f"touch {work / 'mine'}", workdir=str(work))
+            except RemoteError as exc:
+                own = {"status": f"refused: {exc}"}
+        finally:
+            await op.close()
+            await main.close()
+    assert own["status"] == "approval-pending", own
