@@ -449,3 +449,58 @@ async def test_class3_agent_mains_asks_fill_the_operators_own_share(state_dir: P
             await op.close()
             await main.close()
     assert own["status"] == "approval-pending", own
+
+
+TOKEN_CUT = pytest.mark.xfail(
+    strict=True,
+    reason="open: the anonymous proof is decided by the config only (liveprincipal.proof_holds), so a "
+    "background run the leaked gateway token started keeps its egress listener after the operator "
+    "replaces gateway.json: its connections are dropped, its proof never ends.",
+)
+
+
+@pytest.mark.parametrize("cut", ["anonymous-none", pytest.param("gateway-token", marks=TOKEN_CUT)])
+async def test_class1_a_replaced_gateway_tokens_run_keeps_its_egress(state_dir: Path, cut: str) -> None:
+    """anonymous-none (held, fix15egress): the same run loses its way out when the config cuts it off."""
+    import asyncio
+    import os
+
+    from tests.helpers.egress import origin
+
+    with origin() as org:
+        work = state_dir.parent / "w"
+        work.mkdir()
+        write_config(
+            state_dir,
+            '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+            f'hostWritable = ["{work}"]\n' + EGRESS.format(port=org.port),
+        )
+        fifo = work / "go"
+        os.mkfifo(fifo)
+        one, two, end = work / "one", work / "two", work / "end"
+        url = f"http://origin.test:{org.port}"
+        command = (
+            f"read a < {fifo}; curl -s {url}/one > {one} 2>&1; "
+            f"read b < {fifo}; curl -s {url}/two > {two} 2>&1; echo end > {end}"
+        )
+        async with gateway(state_dir) as server:
+            leaked = await connect(state_dir, client="leaked", operator=False)  # the gateway token alone
+            details = await _exec(leaked, command, workdir=str(work), background=True)
+            assert details["status"] == "running", details
+            await asyncio.to_thread(_feed, fifo)
+            await wait_until(lambda: one.exists() and "origin says hello" in one.read_text(), timeout=20)
+            if cut == "gateway-token":
+                _replace_gateway_token(state_dir)
+            else:
+                text = (state_dir / "config.toml").read_text()
+                write_config(state_dir, text + '[gateway]\nanonymous = "none"\n')
+            op = await connect(state_dir, client="op")  # the new token; its handshake sees the change
+            try:
+                await op.request("agents.refresh", {})
+                await wait_until(lambda: not [c for c in server.connections if c.name == "leaked"])
+                await asyncio.to_thread(_feed, fifo)
+                await wait_until(end.exists, timeout=20)
+            finally:
+                await op.close()
+                await leaked.close()
+    assert "origin says hello" not in two.read_text()
