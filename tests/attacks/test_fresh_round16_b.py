@@ -387,7 +387,8 @@ MID_REVOKE = pytest.mark.xfail(
     reason="open: `agents.revoke` (GatewayServer.revoke_agent) removes the credential (fsynced) and only "
     "then kills the agent's host group, with no durable note between (the offline CLI revoke writes "
     "hostrevocations.owe first): a gateway killed between the two leaves the revoked agent's held host "
-    "run running, and the next gateway owes it nothing, so it runs on under no credential.",
+    "run running, and the next gateway owes it nothing, so it runs on under no credential (its node "
+    "revocation, Revocations.add, comes later still: a `node run` service's sessions of it are never told).",
 )
 
 
