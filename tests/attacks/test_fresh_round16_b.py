@@ -575,3 +575,46 @@ async def test_class1_a_rotated_credentials_node_run_keeps_its_egress(
                 await op.close()
                 await ops.close()
     assert "origin says hello" not in two.read_text()
+
+
+@pytest.mark.parametrize("cut", [False, True])
+async def test_class2_a_cut_proofs_repeat_of_anothers_ask_starts_nothing(state_dir: Path, cut: bool) -> None:
+    """Held: the gateway token alone (anonymous main) repeats credentialed main's sessionless ask, so its
+    proof is never recorded on the record (a repeat adds no requester), and `anonymous = "none"` settles
+    nothing there; the operator's allow-always of main's ask still starts nothing for the cut-off call: its
+    stamp is decided again at the spawn (Stamp.stale, live)."""
+    import asyncio
+
+    work = _config(state_dir)
+    runs = work / "runs"
+    runs.mkdir()
+    command = f"mktemp -p {runs}"  # one new file per run
+    main_token = principals.mint(state_dir, "main")
+    async with gateway(state_dir) as server:
+        console = await connect(state_dir, client="console")
+        await console.request("approvals.attach", {})
+        main = await connect(state_dir, client="main", operator=False, credential=main_token)
+        leaked = await connect(state_dir, client="leaked", operator=False)
+        try:
+            mine = asyncio.ensure_future(_exec(main, command, workdir=str(work)))
+            await wait_until(server.services.approvals.pending)
+            record = server.services.approvals.pending()[0]
+            theirs = asyncio.ensure_future(_exec(leaked, command, workdir=str(work)))
+            await wait_until(lambda: record.count >= 2)
+            assert not record.proofs  # the repeat's proof is not on the record
+            if cut:
+                text = (state_dir / "config.toml").read_text()
+                write_config(state_dir, text + '[gateway]\nanonymous = "none"\n')
+                await console.request("agents.refresh", {})
+            await console.request("approve", {"id": record.id, "decision": "allow-always"})
+            assert (await mine)["status"] == "completed"
+            if not cut:  # (the control: the repeat runs too)
+                assert (await theirs)["status"] == "completed"
+            else:
+                with pytest.raises(ConnectionError):  # dropped at the refresh
+                    await asyncio.wait_for(theirs, 30)
+        finally:
+            await leaked.close()
+            await main.close()
+            await console.close()
+    assert len(list(runs.iterdir())) == (1 if cut else 2)
