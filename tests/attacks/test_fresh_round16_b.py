@@ -618,3 +618,47 @@ async def test_class2_a_cut_proofs_repeat_of_anothers_ask_starts_nothing(state_d
             await main.close()
             await console.close()
     assert len(list(runs.iterdir())) == (1 if cut else 2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: gateway.json and operator.json are looked at only when a handshake or a request comes "
+    "(tokenfiles: a stat per look; GatewayServer._tokens_now), never on their own: after the operator "
+    "replaces a leaked operator.json, the leaked token's idle connection, subscribed to the sessions topic, "
+    "keeps receiving every agent's session output for as long as nobody else connects or sends a request.",
+)
+async def test_class1_an_idle_replaced_operator_token_keeps_streaming_every_agents_output(
+    state_dir: Path,
+) -> None:
+    import os
+
+    from tests.helpers.peers import collect, output_of
+
+    work = _config(state_dir)
+    write_config(
+        state_dir,
+        f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostWritable = ["{work}"]\n',
+    )
+    fifo = work / "go"
+    os.mkfifo(fifo)
+    async with gateway(state_dir) as server:
+        main = await connect(state_dir, client="main", operator=False)
+        leaked = await connect(state_dir, client="leaked")  # whoever read operator.json
+        try:
+            seen = collect(leaked)
+            await leaked.request("subscribe", {"topics": ["sessions"]})
+            details = await _exec(main, f"read x < {fifo}; echo SECRET-OUTPUT", background=True)
+            sid = details["sessionId"]
+            _replace_operator_token(state_dir)  # the operator rotates it, and sends nothing
+            await wait_until(lambda: _feed(fifo))  # main's run prints; nobody makes a request
+            await wait_until(
+                lambda: (
+                    not [c for c in server.connections if c.name == "leaked"]
+                    or "SECRET-OUTPUT" in "".join(str(e.get("data")) for e in output_of(seen, sid))
+                )
+            )
+            leaked_read = "SECRET-OUTPUT" in "".join(str(e.get("data")) for e in output_of(seen, sid))
+        finally:
+            await leaked.close()
+            await main.close()
+    assert not leaked_read
