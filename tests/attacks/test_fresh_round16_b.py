@@ -622,13 +622,15 @@ async def test_class2_a_cut_proofs_repeat_of_anothers_ask_starts_nothing(state_d
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: gateway.json and operator.json are looked at only when a handshake or a request comes "
-    "(tokenfiles: a stat per look; GatewayServer._tokens_now), never on their own: after the operator "
-    "replaces a leaked operator.json, the leaked token's idle connection, subscribed to the sessions topic, "
-    "keeps receiving every agent's session output for as long as nobody else connects or sends a request.",
+    reason="open: the token files and the config are looked at only when a handshake or a request comes "
+    "(tokenfiles and LiveConfig: a stat per look; GatewayServer._tokens_now, _still_configured), never on "
+    'their own: after the operator replaces a leaked operator.json (or sets `anonymous = "none"`), the '
+    "cut-off idle connection, subscribed to the sessions topic, keeps receiving the session output it may "
+    "no longer see (every agent's; credentialed main's) for as long as nobody connects or sends a request.",
 )
-async def test_class1_an_idle_replaced_operator_token_keeps_streaming_every_agents_output(
-    state_dir: Path,
+@pytest.mark.parametrize("cut", ["operator-token", "anonymous-none"])
+async def test_class1_an_idle_cut_off_connection_keeps_streaming_session_output(
+    state_dir: Path, cut: str
 ) -> None:
     import os
 
@@ -642,14 +644,20 @@ async def test_class1_an_idle_replaced_operator_token_keeps_streaming_every_agen
     fifo = work / "go"
     os.mkfifo(fifo)
     async with gateway(state_dir) as server:
-        main = await connect(state_dir, client="main", operator=False)
-        leaked = await connect(state_dir, client="leaked")  # whoever read operator.json
+        token = principals.mint(state_dir, "main")  # the real main, with its own credential
+        main = await connect(state_dir, client="main", operator=False, credential=token)
+        # whoever read operator.json; or the gateway token alone (main, until `anonymous = "none"`)
+        leaked = await connect(state_dir, client="leaked", operator=cut == "operator-token")
         try:
             seen = collect(leaked)
             await leaked.request("subscribe", {"topics": ["sessions"]})
             details = await _exec(main, f"read x < {fifo}; echo SECRET-OUTPUT", background=True)
             sid = details["sessionId"]
-            _replace_operator_token(state_dir)  # the operator rotates it, and sends nothing
+            if cut == "operator-token":
+                _replace_operator_token(state_dir)  # the operator rotates it, and sends nothing
+            else:
+                text = (state_dir / "config.toml").read_text()
+                write_config(state_dir, text + '[gateway]\nanonymous = "none"\n')
             await wait_until(lambda: _feed(fifo))  # main's run prints; nobody makes a request
             await wait_until(
                 lambda: (
