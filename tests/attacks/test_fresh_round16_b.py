@@ -4,6 +4,7 @@ local process of another account."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -670,3 +671,57 @@ async def test_class1_an_idle_cut_off_connection_keeps_streaming_session_output(
             await leaked.close()
             await main.close()
     assert not leaked_read
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (described in SECURITY as the design: 'a rotation refuses the same way until a run of the "
+    "new credential enters the sandbox again'): one listener per sandbox, re-served under whichever run "
+    "enters last, so the leaked credential's background process left in the agent's bwrap sandbox is "
+    "refused after the rotation and gets its way out back as soon as the agent's new credential runs "
+    "anything there (host runs are contained: a namespace per generation).",
+)
+async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(state_dir: Path) -> None:
+    from tests.helpers.egress import origin
+
+    with origin() as org:
+        url = f"http://origin.test:{org.port}"
+        write_config(
+            state_dir,
+            '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+            '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n' + EGRESS.format(port=org.port),
+        )
+        leaked = principals.mint(state_dir, "ops")
+        async with gateway(state_dir):
+            ops = await connect(state_dir, client="leaker", operator=False, credential=leaked)
+            op = await connect(state_dir, client="op")
+            try:
+                loop = f"while read x; do curl -s -m 10 {url}/$x; echo; echo END-$x; done"
+                sid = (await _exec(ops, loop, background=True))["sessionId"]
+
+                async def log() -> str:
+                    return str((await op.request("process", {"action": "log", "sessionId": sid}))["text"])
+
+                async def fetch(tag: str) -> str:
+                    await op.request("process", {"action": "write", "sessionId": sid, "data": f"{tag}\n"})
+                    await wait_until(lambda: _said(log, tag), timeout=20)
+                    return (await log()).split(f"END-{tag}")[0].rsplit("END-", 1)[-1]
+
+                assert "origin says hello" in await fetch("one")
+                fresh = (await op.request("agents.rotate", {"agent": "ops"}))["token"]
+                assert "origin says hello" not in await fetch("two")  # refused: the rotation holds here
+                ops2 = await connect(state_dir, client="ops", operator=False, credential=fresh)
+                try:
+                    await _exec(ops2, "true")  # the agent, back with its new credential, runs anything
+                finally:
+                    await ops2.close()
+                third = await fetch("three")
+            finally:
+                await op.close()
+                await ops.close()
+    assert "origin says hello" not in third, third
+
+
+async def _said(log: Any, tag: str) -> bool:
+    return f"END-{tag}" in await log()
