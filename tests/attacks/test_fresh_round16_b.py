@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine import principals
-from tests.helpers.gateway import cli, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import cli, connect, gateway, listed, wait_until, write_config
 
 pytestmark = pytest.mark.asyncio
 
@@ -42,7 +42,7 @@ async def _exec(client: Any, command: str, **params: Any) -> dict[str, Any]:
     "its credential and runs `agents refresh`; the operator's yes runs it (a restart would deny it).",
 )
 async def test_class2_a_removed_credentials_ask_runs_when_its_agent_hung_up_first(state_dir: Path) -> None:
-    work = _config(state_dir)
+    work = _config(state_dir, listed("ops"))
     token = principals.mint(state_dir, "ops")
     marker = work / "ran"
     async with gateway(state_dir) as server:
@@ -406,7 +406,8 @@ async def test_class7_a_crash_inside_a_live_revoke_leaves_the_agents_run_running
     work.mkdir()
     write_config(
         state_dir,
-        f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostWritable = ["{work}"]\n',
+        f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostWritable = ["{work}"]\n'
+        + listed("ops"),
     )
     token = principals.mint(state_dir, "ops")
     fifo, said = work / "go", work / "alive"
@@ -550,7 +551,8 @@ async def test_class1_a_rotated_credentials_node_run_keeps_its_egress(
             state_dir,
             f'[tools.exec]\n{place}security = "full"\nask = "off"\nhostWritable = ["{marks}"]\n'
             + egress
-            + nodes,
+            + nodes
+            + listed("ops"),
         )
         token = principals.mint(state_dir, "ops")
         fifo = marks / "go"
@@ -602,7 +604,7 @@ async def test_class2_a_cut_proofs_repeat_of_anothers_ask_starts_nothing(state_d
             record = server.services.approvals.pending()[0]
             theirs = asyncio.ensure_future(_exec(leaked, command, workdir=str(work)))
             await wait_until(lambda: record.count >= 2)
-            assert not record.proofs  # the repeat's proof is not on the record
+            assert "anonymous>main" not in record.proofs  # the repeat's proof is not on the record
             if cut:
                 text = (state_dir / "config.toml").read_text()
                 write_config(state_dir, text + '[gateway]\nanonymous = "none"\n')
@@ -690,7 +692,9 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
         write_config(
             state_dir,
             '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
-            '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n' + EGRESS.format(port=org.port),
+            '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+            + EGRESS.format(port=org.port)
+            + listed("ops"),
         )
         leaked = principals.mint(state_dir, "ops")
         async with gateway(state_dir):
