@@ -7,13 +7,11 @@ import asyncio
 import contextlib
 import pwd
 import time
-from pathlib import Path
 
 from engine import principals, statefs
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
-from engine.nodes.revocations import Revocations
-from engine.nodes.wire import credential_stamp
+from engine.nodes import revoking
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
 from engine.protocol.requests import AgentsRevoke, AgentsRotate
@@ -91,6 +89,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     live = _rotate_live(args.name) if exists else None
     if live is not None:
         token, dropped = str(live["token"]), int(live.get("dropped") or 0)  # type: ignore[call-overload]
+    elif exists:  # no gateway runs: each node is owed the rotation (kept before the new one is minted)
+        token, dropped = revoking.rotate(state, args.name, _nodes_configured())[0], 0
     else:
         token, dropped = principals.mint(state, args.name), 0
     path = principals.agents_dir(state) / f"{args.name}.json"
@@ -137,22 +137,13 @@ def _revoke_live(agent: str) -> dict[str, object] | None:
     return None
 
 
-def _owe_nodes(state: Path, agent: str, token: str | None) -> None:
-    """No gateway runs: the revoke waits for the next one's link to each node (engine.nodes.revocations),
-    so what the agent left running there ends then."""
+def _nodes_configured() -> bool:
+    """No gateway runs: whether the revoke must wait for the next one's link to each node
+    (engine.nodes.revocations), so what the agent left running there ends then."""
     try:
-        configured = bool(load_config(config_path()).nodes)
+        return bool(load_config(config_path()).nodes)
     except Exception:  # (a config the gateway would refuse too: keep the revocation anyway)
-        configured = True
-    if configured:
-        Revocations(state).add(agent, credential_stamp(principals.credential_id(token) if token else ""))
-
-
-def _owe_host(state: Path, agent: str) -> None:
-    """No gateway runs: what the agent left running on this host (its held sessions, their forks) ends
-    now where this process can end it, and again at the next gateway's start (before it adopts any)."""
-    hostrevocations.owe(state, agent)
-    hostrevocations.end(agent)
+        return True
 
 
 def _mapped_account(agent: str) -> int | None:
@@ -185,10 +176,10 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     live = _revoke_live(args.name)
     if live is None:
         state = statefs.state_dir()
-        old = principals.read_token(state, args.name)
-        removed, dropped = principals.revoke(state, args.name), 0
-        _owe_nodes(state, args.name, old)
-        _owe_host(state, args.name)
+        # what it owes (the host's kill, each node's revocation) kept before the credential goes
+        removed, _old = revoking.revoke(state, args.name, _nodes_configured())
+        dropped = 0
+        hostrevocations.end(args.name)  # now, where this process can; the next gateway again
     else:
         removed, dropped = bool(live.get("revoked")), int(live.get("dropped") or 0)  # type: ignore[call-overload]
     if not removed:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.revocations import Revocations
-from engine.nodes.wire import AGENT_REVOKE, credential_stamp
+from engine.nodes.wire import AGENT_REVOKE
 
 log = logging.getLogger("exechost.gateway.nodes")
 
@@ -27,15 +27,17 @@ class NodeRevoke:
         self._locks: dict[str, asyncio.Lock] = {}  # one delivery per node at a time, in order
         self._tasks: set[asyncio.Task[int]] = set()
 
-    async def revoke(self, agent: str, credential: str, rotated: bool = False) -> dict[str, int]:
-        """Kept for every node, then sent: the connected ones are waited for (the revoke answers once
-        they acted); a link that is down is tried in the background, and told on its next link anyway.
-        `rotated`: the credential was replaced, the agent's runs there go on (AgentRevoke.rotated).
-        {node: revocations it answered now}."""
+    def configured(self) -> bool:
+        """Whether any node is configured (a revoke then owes each one its revocation)."""
+        return bool(self._links())
+
+    async def send(self) -> dict[str, int]:
+        """What the nodes are owed (kept first, engine.nodes.revoking), sent: the connected ones are waited
+        for (the revoke answers once they acted); a link that is down is tried in the background, and told
+        on its next link anyway. {node: revocations it answered now}."""
         links = self._links()
         if not links:
             return {}
-        await asyncio.to_thread(self.store.add, agent, credential_stamp(credential), rotated)
         up = [link for link in links.values() if link.state == "connected"]
         for link in links.values():
             if link.state != "connected":

@@ -19,6 +19,7 @@ from typing import Any
 from engine import fairpool, principals, statefs, unixsock
 from engine.commands import gatewaydirs, hostoutside
 from engine.errors import ExecHostError
+from engine.nodes import revoking
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     OPERATOR_TOKEN_NAME,
@@ -35,7 +36,7 @@ from engine.protocol.frames import (
 from engine.protocol.requests import REQUESTS
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
-from engine.sandbox import bwraplimits
+from engine.sandbox import bwraplimits, hostrevocations
 from engine.tools import exec_host
 from runner.gateway import handshake, limits, procvisible
 from runner.gateway.connection import Connection
@@ -472,9 +473,11 @@ class GatewayServer:
             conn.stop_reading()
             self.connections.discard(conn)  # no event of anyone's reaches it from now on
         self._revoking.add(agent)  # a handshake finishing meanwhile is refused; after, it looks again
+        nodes = self.services.nodes.revocations
         try:
-            old = await asyncio.to_thread(principals.read_token, self.state_dir, agent)
-            removed = await asyncio.to_thread(principals.revoke, self.state_dir, agent)
+            # Durable intent first (engine.nodes.revoking): the host's kill and the nodes' revocation are
+            # owed before the credential goes, so a crash at any step leaves them to the next gateway.
+            removed = (await asyncio.to_thread(revoking.revoke, self.state_dir, agent, nodes.configured()))[0]
         finally:
             self._revoking.discard(agent)
             self._revocations += 1
@@ -483,14 +486,15 @@ class GatewayServer:
         self.services.approvals.revoke_agent(agent)
         # and what it left running on the gateway host stops: every process of its host runs' group
         await asyncio.to_thread(bwraplimits.kill_host_group, agent)
+        await asyncio.to_thread(hostrevocations.settle, self.state_dir, [agent])  # (only once it was done)
         await self._drop(conns)
         await self.recheck()
-        # and on every node (one down now hears it on its next link: engine.nodes.revocations); the answer
-        # waits for the nodes that are up
+        # and on every node (kept already; one down now hears it on its next link); the answer waits for
+        # the nodes that are up
         try:
-            await self.services.nodes.revocations.revoke(agent, principals.credential_id(old) if old else "")
+            await nodes.send()
         except Exception:  # (the file could not be written: the revoke here stands, and says so in the log)
-            log.exception("agent %s: the revocation could not be kept for its nodes", agent)
+            log.exception("agent %s: the revocation could not be sent to its nodes", agent)
         return removed, len(conns)
 
     async def rotate_agent(self, agent: str) -> tuple[str, int]:
@@ -501,9 +505,10 @@ class GatewayServer:
             conn.stop_reading()
             self.connections.discard(conn)
         self._revoking.add(agent)
+        nodes = self.services.nodes.revocations
         try:
-            old = await asyncio.to_thread(principals.read_token, self.state_dir, agent)
-            token = await asyncio.to_thread(principals.mint, self.state_dir, agent)
+            # The nodes' rotated revocation is owed before the new credential is minted (as a revoke's)
+            token, old = await asyncio.to_thread(revoking.rotate, self.state_dir, agent, nodes.configured())
         finally:
             self._revoking.discard(agent)
             self._revocations += 1
@@ -514,14 +519,12 @@ class GatewayServer:
         await self._drop(conns)
         await self.recheck()
         if old is not None:
-            # and on every node: the old credential's runs still in flight are refused there, and the
-            # agent's sandboxes there stop reaching out until a run with the new one enters them
+            # and on every node (kept already): the old credential's runs there are refused and lose their
+            # way out (runner.node.revoke)
             try:
-                await self.services.nodes.revocations.revoke(
-                    agent, principals.credential_id(old), rotated=True
-                )
+                await nodes.send()
             except Exception:
-                log.exception("agent %s: the rotation could not be kept for its nodes", agent)
+                log.exception("agent %s: the rotation could not be sent to its nodes", agent)
         return token, len(conns)
 
     async def _drop(self, conns: list[Connection]) -> None:

@@ -56,10 +56,14 @@ class Revoked:
             while len(self._stamps) > MAX_REVOKED:
                 self._stamps.popitem(last=False)
         if self.generations is not None:
-            # A node files its sandboxes by the agent's plain name, whichever gateway's it is: the egress
-            # of that name stops until a run enters the sandbox again (a gateway sharing the node with an
-            # agent of the same name serves it again with its next sandboxed run).
-            self.generations.bump(wire.agent)
+            # What a revoke or rotation on the gateway ends there, ends here by the same path (a bump, whose
+            # listeners cut the egress connections and refuse what the older generation asks): a node files
+            # its sandboxes by the agent's plain name, whichever gateway's it is (the egress of that name
+            # stops until a run enters the sandbox again), and its host runs' network namespaces and their
+            # listeners by the principal (namespace + agent, hostprivate.space of ExecContext.owner): both
+            # are bumped, so a host run of the old credential loses its way out here as on the gateway.
+            for key in dict.fromkeys((wire.agent, principal)):
+                self.generations.bump(key)
         if wire.rotated:
             return {"agent": wire.agent, "killed": 0}  # a new credential: the agent's runs are still its own
         return {"agent": wire.agent, "killed": await self.kill(principal)}

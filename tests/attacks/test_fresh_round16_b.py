@@ -383,23 +383,15 @@ def _reader_left(fifo: Path) -> bool | None:
     return False
 
 
-MID_REVOKE = pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents.revoke` (GatewayServer.revoke_agent) removes the credential (fsynced) and only "
-    "then kills the agent's host group, with no durable note between (the offline CLI revoke writes "
-    "hostrevocations.owe first): a gateway killed between the two leaves the revoked agent's held host "
-    "run running, and the next gateway owes it nothing, so it runs on under no credential (its node "
-    "revocation, Revocations.add, comes later still: a `node run` service's sessions of it are never told).",
-)
-
-
-@pytest.mark.parametrize("how", ["offline-cli", pytest.param("crash-mid-verb", marks=MID_REVOKE)])
+@pytest.mark.parametrize("how", ["offline-cli", "crash-mid-verb"])
 async def test_class7_a_crash_inside_a_live_revoke_leaves_the_agents_run_running(
     state_dir: Path, how: str
 ) -> None:
-    """offline-cli (held): `exechost agents revoke` with no gateway owes the kill to the next one."""
+    """offline-cli: `exechost agents revoke` with no gateway owes the kill to the next one. crash-mid-verb
+    (fix 16rot): the live verb owes it too, before the credential goes (engine.nodes.revoking)."""
     import os
 
+    from engine.nodes import revoking
     from tests.helpers.daemon import Daemon
 
     work = state_dir.parent / "w"
@@ -422,9 +414,9 @@ async def test_class7_a_crash_inside_a_live_revoke_leaves_the_agents_run_running
             assert details["status"] == "running", details
         finally:
             await ops.close()
-        daemon.kill()  # SIGKILL (in the middle of `agents revoke ops`: right after its first durable step,
-        if how == "crash-mid-verb":
-            principals.revoke(state_dir, "ops")  # the credential's removal, fsynced, before the group kill)
+        daemon.kill()  # SIGKILL (in the middle of `agents revoke ops`: right after its durable steps, what
+        if how == "crash-mid-verb":  # it owes then the credential's removal, fsynced, before the group kill;
+            revoking.revoke(state_dir, "ops", False)  # the same function the live verb calls)
         else:
             assert cli(state_dir, "agents", "revoke", "ops").returncode == 0
         daemon.start()
@@ -519,19 +511,12 @@ async def test_class1_a_replaced_gateway_tokens_run_keeps_its_egress(state_dir: 
     assert "origin says hello" not in two.read_text()
 
 
-ROTATED_ON_NODE = pytest.mark.xfail(
-    strict=True,
-    reason="open: a rotation is never told to nodes (GatewayServer.rotate_agent sends no agent.revoke; only "
-    "a revoke bumps a node's generations), so a node run of the rotated, leaked credential keeps its "
-    "allowlisted egress on the node, where the same run on the gateway host loses its listener at once.",
-)
-
-
-@pytest.mark.parametrize("where", ["gateway", pytest.param("node", marks=ROTATED_ON_NODE)])
+@pytest.mark.parametrize("where", ["gateway", "node"])
 async def test_class1_a_rotated_credentials_node_run_keeps_its_egress(
     state_dir: Path, sshd_nodes: list[Any], where: str
 ) -> None:
-    """gateway (held, fix T10): the same run on the gateway host loses its way out at the rotation."""
+    """gateway (held, fix T10): the same run on the gateway host loses its way out at the rotation. node
+    (fix 16rot): the node's rotated agent.revoke bumps the principal its host runs' egress is served as."""
     import os
 
     from tests.helpers.egress import origin
