@@ -141,10 +141,13 @@ class EgressHub:
         if cut:
             log.warning("egress: %d connection(s) of revoked agent or cut-off proof %s ended", cut, key)
 
-    async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> None:
+    async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> bool:
         """Serve `sandbox` as `agent_id` under its credential generation now (a run of the agent's is making
-        or entering it): a revoke or rotation after this refuses what it asks, until a run of the agent's
-        new credential enters it again. The shared sandbox is nobody's own: no generation."""
+        or entering it): a revoke or rotation after this refuses what it asks. The shared sandbox is
+        nobody's own: no generation. True (nothing served, its listener stopped) when the sandbox is served
+        under a generation or proof ended since: every process in it was started under that ended
+        authority, so the caller ends the sandbox before a run of the new one enters it (SandboxManager
+        ._egress_ready), and a process the old credential left there never gets the new one's way out."""
         shared = is_shared(sandbox)
         # Under the generation that authorized the run entering it (its stamp), not the one current as
         # it enters: a run taken up before a revoke that enters after it never serves the sandbox anew.
@@ -157,8 +160,21 @@ class EgressHub:
             proof = (stamp.proof, stamp.proof_generation)  # its caller's proof's cut refuses it too
         else:
             generation = self.services.approvals.generations.current(agent_id)
+        served = self.proxy.served_under(sandbox, agent_id)
+        if served is not None and generation is not None and self._outlived(agent_id, served, generation):
+            self.proxy.stop(sandbox)
+            return True
         directory = forwarder.socket_dir(sandbox)
         await self.proxy.listen(sandbox, agent_id, directory, uid, shared, generation=generation, proof=proof)
+        return False
+
+    def _outlived(self, agent_id: str, served: tuple[int | None, str, int], generation: int) -> bool:
+        """Whether a listener served under `served` (generation, proof, proof generation) is of an authority
+        that ended before a run of `generation` entered: its sandbox's processes are that authority's."""
+        was, proof, proof_generation = served
+        stamps = self.services.approvals.generations
+        older = was is not None and was < generation
+        return older or stamps.stale(agent_id, was) or stamps.proof_ended(proof, proof_generation, live=True)
 
     HOST_WAIT = 10.0  # seconds a host run's namespace waits for its listener (the loop is busy, at most)
 

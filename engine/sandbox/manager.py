@@ -90,7 +90,7 @@ class SandboxManager:
         self.pool = Pool(self.extra_labels, self._run_setup)
         # The gateway's egress proxy: (sandbox, agent, uid that may use the socket) → listening. Without
         # it (the engine alone) an egress sandbox has its forwarder but nothing answers: 502 inside.
-        self.egress: Callable[[str, str, int | None], Awaitable[None]] | None = None
+        self.egress: Callable[[str, str, int | None], Awaitable[bool]] | None = None
         self.egress_gone: Callable[[str], None] | None = None  # its listener stops with the sandbox
         self._egress_dirs: set[str] = set()
         self._writes: set[asyncio.Future[None]] = set()  # registry writes off the request path
@@ -255,7 +255,15 @@ class SandboxManager:
                 uid = sandboxuid.for_owner(owner) or uid
             # Its connections' principal is the scope's owner: on a shared node the gateway's namespace
             # and agent (their allow-always names, grants, asks and history are that gateway's agent's).
-            await self.egress(lay.name, split_namespace(lay.scope_key)[0] + agent_id, uid)
+            if await self.egress(lay.name, split_namespace(lay.scope_key)[0] + agent_id, uid):
+                # Served under a credential generation (or proof) a revoke, rotation or cut ended since:
+                # whatever runs in it was started under that authority, so it ends with the sandbox before
+                # this run (of the new one) enters and serves it anew; a fresh sandbox, the same workspace.
+                log.warning("sandbox %s: its processes' authority ended: the sandbox ends first", lay.name)
+                async with self._lock(lay.name):
+                    if not await fairpool.to_thread(self.remove_runtime, lay.name):
+                        raise SandboxError(f"Sandbox {lay.name}: a process of an ended credential runs on")
+                await self._egress_ready(settings, lay, agent_id)
 
     async def _ensure_bwrap(
         self,

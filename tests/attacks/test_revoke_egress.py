@@ -118,7 +118,10 @@ async def test_a_revoke_reaches_every_listener_ask_and_connection_of_the_agent(s
                         # ops added again: a run of its new credential serving a sandbox brings that
                         # one's egress back; the one no new run served stays refused.
                         principals.mint(state_dir, "ops")
-                        await egress.listen(OPS_A, "ops", None)
+                        # (as SandboxManager._egress_ready: served under the ended generation, the sandbox
+                        # is ended first — its processes are the old credential's — then served anew)
+                        assert await egress.listen(OPS_A, "ops", None)
+                        assert not await egress.listen(OPS_A, "ops", None)
                         assert await _status(a, allowed) == "200"
                         assert await _status(b, allowed) == "403"
                 finally:

@@ -200,8 +200,9 @@ async def test_a_sandboxs_egress_principal_on_a_node_is_its_owner(tmp_path: Path
     settings = resolve_settings(load_config(config_file), "main")
     heard: list[tuple[str, str]] = []
 
-    async def egress(sandbox: str, principal: str, uid: int | None) -> None:
+    async def egress(sandbox: str, principal: str, uid: int | None) -> bool:
         heard.append((sandbox, principal))
+        return False
 
     manager = SandboxManager()
     manager.egress = egress

@@ -244,6 +244,13 @@ class EgressProxy:
         )
         self._listeners[sandbox].drained.set()
 
+    def served_under(self, sandbox: str, agent_id: str) -> tuple[int | None, str, int] | None:
+        """The generation and proof `agent_id`'s live listener of `sandbox` serves under; None when none."""
+        known = self._listeners.get(sandbox)
+        if known is None or known.agent_id != agent_id or not self.listening(sandbox):
+            return None
+        return known.generation, known.proof, known.proof_generation
+
     def stop(self, sandbox: str) -> None:
         known = self._listeners.pop(sandbox, None)
         if known is not None:

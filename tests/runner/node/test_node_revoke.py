@@ -159,7 +159,11 @@ async def test_a_revoke_stops_the_agents_sandbox_egress_on_the_node(state_dir: P
                 res = await gw.call(AGENT_REVOKE, AgentRevoke("ops", "ef" * 16, OLD).to_json())
                 assert res.ok, res
                 assert await _status(proxy, url) == "403"  # the node's own proxy, as the agent: refused
-                await server.egress.listen(SANDBOX, "ops", None)  # a run of the agent enters it again
+                # A run of the agent enters it again: the sandbox, served under the ended generation, is
+                # ended first (its processes are the old credential's: SandboxManager._egress_ready), then
+                # served anew.
+                assert await server.egress.listen(SANDBOX, "ops", None)
+                assert not await server.egress.listen(SANDBOX, "ops", None)
                 assert await _status(proxy, url) == "200"
 
 

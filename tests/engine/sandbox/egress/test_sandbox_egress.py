@@ -50,8 +50,9 @@ async def rig() -> AsyncIterator[Rig]:
         proxy = EgressProxy(decide_it, records.append)
         manager = SandboxManager(extra_labels={"exechost.test": RUN_ID})
 
-        async def listen(name: str, agent_id: str, uid: int | None) -> None:
+        async def listen(name: str, agent_id: str, uid: int | None) -> bool:
             await proxy.listen(name, agent_id, forwarder.socket_dir(name), uid)
+            return False  # (no generations here: a sandbox never outlives its authority)
 
         manager.egress = listen
         try:
