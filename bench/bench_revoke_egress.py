@@ -4,6 +4,8 @@ generation compared before and after) against the same decision without it (`_de
 same run, interleaved rounds of N decisions of an allowlisted name each (medians). And (fix15egress) the
 same decision of a host run whose caller was main by the gateway token alone: its proof decided again
 against the config now at each check (`Generations.proof_ended(live=True)` → `liveprincipal.proof_holds`).
+And (fix16rot) a sandboxed exec's re-serving of its sandbox (`EgressHub.listen`, with the check that the
+sandbox was not served under an ended generation) against the same call with that check short-circuited.
 
 Run: .venv/bin/python bench/bench_revoke_egress.py [--calls 3000]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -46,6 +49,7 @@ async def _per_call_us(fn: Callable[[], Awaitable[Decision]], calls: int) -> flo
 async def main_async(calls: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)
+        os.environ["OPENCLAW_STATE_DIR"] = tmp  # (the sandbox's socket dir: forwarder.socket_dir)
         config = load_config_text(CONFIG)
         generations = Generations()
         generations.holds = lambda key: proof_holds(key, config)  # as the gateway sets it
@@ -101,6 +105,15 @@ async def main_async(calls: int) -> None:
                 ratio(with_proof, without),
                 "≤ 1.05×",
             )
+            served = await _reserve_us(hub, generations, calls)
+            record(
+                "a sandboxed exec's re-serve (`EgressHub.listen`), with the ended-generation check, µs",
+                f"{served[0]:.1f}",
+                f"{served[1]:.1f}",
+                ratio(served[0], served[1]),
+                "≤ 1.10×",
+            )
+            record("the ended-generation check alone (`served_under` + `_outlived`), ns", f"{served[2]:.0f}")
             record(
                 "egress decision with the revoke's generation check, µs",
                 f"{with_check:.1f}",
@@ -110,6 +123,39 @@ async def main_async(calls: int) -> None:
             )
         finally:
             await hub.proxy.close()
+
+
+async def _reserve_us(hub: EgressHub, generations: Generations, calls: int) -> tuple[float, float, float]:
+    """Medians of hub.listen with and without its check, on a sandboxed already served (what each
+    sandboxed exec does), µs; and the check alone, ns."""
+    from engine.sandbox.egress import forwarder
+
+    name = "exechost-bench-reserve"
+    directory = forwarder.prepare_dir(name)
+    assert not await hub.listen(name, "ops", None)
+    generation = generations.current("ops")
+    assert directory.is_dir() and generation == generations.current("ops")
+    checked = hub.proxy.served_under
+    hubs: list[float] = []
+    raw: list[float] = []
+    for n in range(ROUNDS):
+        runs: list[tuple[list[float], Callable[[str, str], object]]] = [
+            (hubs, checked),
+            (raw, lambda _s, _a: None),  # the same path with the check short-circuited: the baseline
+        ]
+        for into, served_under in runs if n % 2 == 0 else runs[::-1]:
+            hub.proxy.served_under = served_under  # type: ignore[method-assign, assignment]
+            start = time.perf_counter()
+            for _ in range(calls):
+                assert not await hub.listen(name, "ops", None)
+            into.append((time.perf_counter() - start) * 1e6 / calls)
+    hub.proxy.served_under = checked  # type: ignore[method-assign]
+    start = time.perf_counter()
+    for _ in range(calls * 50):
+        served = checked(name, "ops")
+        assert served is not None and not hub._outlived("ops", served, generation)
+    alone = (time.perf_counter() - start) * 1e9 / (calls * 50)
+    return statistics.median(hubs), statistics.median(raw), alone
 
 
 def main() -> int:

@@ -161,7 +161,14 @@ class EgressHub:
         else:
             generation = self.services.approvals.generations.current(agent_id)
         served = self.proxy.served_under(sandbox, agent_id)
-        if served is not None and generation is not None and self._outlived(agent_id, served, generation):
+        # (a run whose own authority ended re-serves nothing and ends nothing: it is refused at its spawn)
+        current = not (stamp is not None and stamp.stale())
+        if (
+            served is not None
+            and generation is not None
+            and current
+            and self._outlived(agent_id, served, generation)
+        ):
             self.proxy.stop(sandbox)
             return True
         directory = forwarder.socket_dir(sandbox)

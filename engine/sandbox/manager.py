@@ -238,7 +238,21 @@ class SandboxManager:
         return result
 
     async def _egress_ready(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> None:
-        """The sandbox's proxy socket dir and the forwarder binary exist, and the proxy listens there."""
+        """The sandbox's proxy socket dir and the forwarder binary exist, and the proxy listens there.
+        Under the sandbox's lock: a run entering meanwhile never serves it while an ended one is ending."""
+        async with self._lock(lay.name):
+            if await self._egress_serve(settings, lay, agent_id):
+                # Served under a credential generation (or proof) a revoke, rotation or cut ended since:
+                # whatever runs in it was started under that authority, so it ends with the sandbox before
+                # this run (of the new one) enters and serves it anew; a fresh sandbox, the same workspace.
+                log.warning("sandbox %s: its processes' authority ended: the sandbox ends first", lay.name)
+                if not await fairpool.to_thread(self.remove_runtime, lay.name):
+                    raise SandboxError(f"Sandbox {lay.name}: a process of an ended credential runs on")
+                if await self._egress_serve(settings, lay, agent_id):  # (its listener was stopped)
+                    raise SandboxError(f"Sandbox {lay.name}: its egress could not be served anew")
+
+    async def _egress_serve(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> bool:
+        """True when the sandbox must end first (EgressHub.listen)."""
         # (a stat: another process — `sandbox recreate` from the CLI — may have removed the dir)
         if lay.name not in self._egress_dirs or not forwarder.socket_dir(lay.name).is_dir():
             try:
@@ -247,23 +261,16 @@ class SandboxManager:
             except forwarder.ForwarderUnavailable as exc:
                 raise SandboxError(str(exc)) from None
             self._egress_dirs.add(lay.name)
-        if self.egress is not None:
-            user = settings.docker.user or workspace_user(lay.workspace_dir)
-            uid = os.geteuid() if settings.backend == BWRAP or user is None else _numeric_uid(user)
-            if settings.backend == BWRAP:  # a root gateway's bwrap sandbox is a uid of its own (sandboxuid)
-                owner = dockercg.owner_of(settings.scope, split_namespace(lay.scope_key)[0] + agent_id)
-                uid = sandboxuid.for_owner(owner) or uid
-            # Its connections' principal is the scope's owner: on a shared node the gateway's namespace
-            # and agent (their allow-always names, grants, asks and history are that gateway's agent's).
-            if await self.egress(lay.name, split_namespace(lay.scope_key)[0] + agent_id, uid):
-                # Served under a credential generation (or proof) a revoke, rotation or cut ended since:
-                # whatever runs in it was started under that authority, so it ends with the sandbox before
-                # this run (of the new one) enters and serves it anew; a fresh sandbox, the same workspace.
-                log.warning("sandbox %s: its processes' authority ended: the sandbox ends first", lay.name)
-                async with self._lock(lay.name):
-                    if not await fairpool.to_thread(self.remove_runtime, lay.name):
-                        raise SandboxError(f"Sandbox {lay.name}: a process of an ended credential runs on")
-                await self._egress_ready(settings, lay, agent_id)
+        if self.egress is None:
+            return False
+        user = settings.docker.user or workspace_user(lay.workspace_dir)
+        uid = os.geteuid() if settings.backend == BWRAP or user is None else _numeric_uid(user)
+        if settings.backend == BWRAP:  # a root gateway's bwrap sandbox is a uid of its own (sandboxuid)
+            owner = dockercg.owner_of(settings.scope, split_namespace(lay.scope_key)[0] + agent_id)
+            uid = sandboxuid.for_owner(owner) or uid
+        # Its connections' principal is the scope's owner: on a shared node the gateway's namespace
+        # and agent (their allow-always names, grants, asks and history are that gateway's agent's).
+        return await self.egress(lay.name, split_namespace(lay.scope_key)[0] + agent_id, uid)
 
     async def _ensure_bwrap(
         self,

@@ -245,9 +245,10 @@ class EgressProxy:
         self._listeners[sandbox].drained.set()
 
     def served_under(self, sandbox: str, agent_id: str) -> tuple[int | None, str, int] | None:
-        """The generation and proof `agent_id`'s live listener of `sandbox` serves under; None when none."""
+        """The generation and proof `agent_id`'s listener of `sandbox` serves under; None when none (no stat:
+        one whose socket went is still what the sandbox's processes were served under)."""
         known = self._listeners.get(sandbox)
-        if known is None or known.agent_id != agent_id or not self.listening(sandbox):
+        if known is None or known.agent_id != agent_id or known.task.done():
             return None
         return known.generation, known.proof, known.proof_generation
 
