@@ -680,9 +680,14 @@ async def test_class1_an_idle_cut_off_connection_keeps_streaming_session_output(
     "new credential enters the sandbox again'): one listener per sandbox, re-served under whichever run "
     "enters last, so the leaked credential's background process left in the agent's bwrap sandbox is "
     "refused after the rotation and gets its way out back as soon as the agent's new credential runs "
-    "anything there (host runs are contained: a namespace per generation).",
+    "anything there (host runs are contained: a namespace per generation); a proof's cut alike (the gateway "
+    "token alone's process regains it when credentialed main runs there).",
 )
-async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(state_dir: Path) -> None:
+@pytest.mark.parametrize("cut", ["rotation", "anonymous-none"])
+async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(
+    state_dir: Path, cut: str
+) -> None:
+    """anonymous-none: the same with a proof's cut (the gateway token alone), and credentialed main."""
     from tests.helpers.egress import origin
 
     with origin() as org:
@@ -692,7 +697,8 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
             '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
             '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n' + EGRESS.format(port=org.port),
         )
-        leaked = principals.mint(state_dir, "ops")
+        agent = "ops" if cut == "rotation" else "main"
+        leaked = principals.mint(state_dir, agent) if cut == "rotation" else None
         async with gateway(state_dir):
             ops = await connect(state_dir, client="leaker", operator=False, credential=leaked)
             op = await connect(state_dir, client="op")
@@ -709,9 +715,15 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
                     return (await log()).split(f"END-{tag}")[0].rsplit("END-", 1)[-1]
 
                 assert "origin says hello" in await fetch("one")
-                fresh = (await op.request("agents.rotate", {"agent": "ops"}))["token"]
+                if cut == "rotation":
+                    fresh = (await op.request("agents.rotate", {"agent": agent}))["token"]
+                else:
+                    fresh = principals.mint(state_dir, agent)  # main's own credential
+                    text = (state_dir / "config.toml").read_text()
+                    write_config(state_dir, text + '[gateway]\nanonymous = "none"\n')
+                    await op.request("agents.refresh", {})
                 assert "origin says hello" not in await fetch("two")  # refused: the rotation holds here
-                ops2 = await connect(state_dir, client="ops", operator=False, credential=fresh)
+                ops2 = await connect(state_dir, client=agent, operator=False, credential=fresh)
                 try:
                     await _exec(ops2, "true")  # the agent, back with its new credential, runs anything
                 finally:
