@@ -737,3 +737,51 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(
 
 async def _said(log: Any, tag: str) -> bool:
     return f"END-{tag}" in await log()
+
+
+ROTATED_AWAY = pytest.mark.xfail(
+    strict=True,
+    reason="open: the decision history routes a line by its `agentId` (DecisionLog._route), and the "
+    "operator's own ask names agent main for policy, so the operator's own decisions are kept in main's "
+    "log (`decisions.a.main.jsonl`) and rotated within main's 5 MiB: main's flood of big asks (denied) "
+    "rotates the operator's own decision out of `approvals history`.",
+)
+
+
+@pytest.mark.parametrize("flood", [0, pytest.param(4, marks=ROTATED_AWAY)])
+async def test_class3_agent_mains_asks_rotate_the_operators_own_decisions_away(
+    state_dir: Path, flood: int
+) -> None:
+    """flood 0: the control (the operator's own decision is listed)."""
+    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+
+    work = _config(state_dir)
+    async with gateway(state_dir):
+        main = await connect(state_dir, client="main", operator=False)
+        op = await connect(state_dir, client="op")
+        try:
+            own = (await _exec(op, f"touch {work / 'mine'}", workdir=str(work)))["approvalId"]
+            await op.request("approve", {"id": own, "decision": "deny", "reason": "the operator's own"})
+            mains = state_dir / "history" / "decisions.a.main.jsonl"
+            await wait_until(lambda: mains.exists() and own in mains.read_text())  # (in main's own log)
+            pad = "x" * 60_000
+            for batch in range(flood):  # ~4 x 32 asks of 60 KB, each denied: past main's 5 x 1 MiB
+                ids = []
+                for n in range(MAX_PENDING_PER_AGENT):
+                    asked = await _exec(main, f"true {batch}-{n} #{pad}", workdir=str(work))
+                    ids.append(asked["approvalId"])
+                for approval in ids:
+                    await op.request("approve", {"id": approval, "decision": "deny"})
+            ids_left: set[str] = set()
+            cursor = None
+            while True:
+                page = await op.request("approvals.history", {"cursor": cursor} if cursor else {})
+                ids_left |= {row["id"] for row in page["approvals"]}
+                cursor = page.get("next")
+                if not cursor:
+                    break
+        finally:
+            await op.close()
+            await main.close()
+    on_disk = "".join(path.read_text() for path in (state_dir / "history").glob("decisions*"))
+    assert own in ids_left and own in on_disk, "the operator's own decision is gone from the history"
