@@ -785,3 +785,42 @@ async def test_class3_agent_mains_asks_rotate_the_operators_own_decisions_away(
             await main.close()
     on_disk = "".join(path.read_text() for path in (state_dir / "history").glob("decisions*"))
     assert own in ids_left and own in on_disk, "the operator's own decision is gone from the history"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's hello names its `stateDir` and `place`, and the gateway records that directory as "
+    "a gateway state dir of its account whenever `place` matches (NodeHub._on_hello -> gatewaydirs.record); "
+    "`place` is sha256(machine-id, uid), which any node can compute (its own docstring: never a secret), "
+    "and the path is the node's word: a node names the operator's ~/project, and every host run of every "
+    "agent (the operator's exec too) sees it empty from then on, for good (the record outlives the gateway).",
+)
+async def test_class5_a_nodes_hello_hides_the_operators_project_from_every_host_run(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    import json
+
+    from engine.commands import gatewaydirs, hostoutside
+    from tests.helpers.hostile_node import Hostile
+
+    node = sshd_nodes[0]
+    home = Path(hostoutside.home_dir())
+    project = home / "project"
+    project.mkdir()
+    (project / "README").write_text("the operator's project\n")
+    nodes = (state_dir / "config.toml").read_text()
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + nodes)
+    Hostile(node, state_dir)
+    hello = json.loads((node.root / "hello.json").read_text())
+    hello.update(place=gatewaydirs.place(), stateDir=str(project))  # "my state dir is there"
+    (node.root / "hello.json").write_text(json.dumps(hello))
+    async with gateway(state_dir):
+        op = await connect(state_dir, client="op")
+        try:
+            before = await _exec(op, f"cat {project}/README", agentId="main")
+            assert "the operator's project" in str(before.get("aggregated"))
+            await op.request("nodes.status", {"ping": True})  # the link comes up: its hello is read
+            after = await _exec(op, f"cat {project}/README", agentId="main")
+        finally:
+            await op.close()
+    assert "the operator's project" in str(after.get("aggregated")), after
