@@ -682,9 +682,14 @@ async def test_class1_an_idle_cut_off_connection_keeps_streaming_session_output(
     "new credential enters the sandbox again'): one listener per sandbox, re-served under whichever run "
     "enters last, so the leaked credential's background process left in the agent's bwrap sandbox is "
     "refused after the rotation and gets its way out back as soon as the agent's new credential runs "
-    "anything there (host runs are contained: a namespace per generation).",
+    "anything there (host runs are contained: a namespace per generation); a proof's cut alike (the gateway "
+    "token alone's process regains it when credentialed main runs there).",
 )
-async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(state_dir: Path) -> None:
+@pytest.mark.parametrize("cut", ["rotation", "anonymous-none"])
+async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(
+    state_dir: Path, cut: str
+) -> None:
+    """anonymous-none: the same with a proof's cut (the gateway token alone), and credentialed main."""
     from tests.helpers.egress import origin
 
     with origin() as org:
@@ -696,7 +701,8 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
             + EGRESS.format(port=org.port)
             + listed("ops"),
         )
-        leaked = principals.mint(state_dir, "ops")
+        agent = "ops" if cut == "rotation" else "main"
+        leaked = principals.mint(state_dir, agent) if cut == "rotation" else None
         async with gateway(state_dir):
             ops = await connect(state_dir, client="leaker", operator=False, credential=leaked)
             op = await connect(state_dir, client="op")
@@ -713,9 +719,15 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
                     return (await log()).split(f"END-{tag}")[0].rsplit("END-", 1)[-1]
 
                 assert "origin says hello" in await fetch("one")
-                fresh = (await op.request("agents.rotate", {"agent": "ops"}))["token"]
+                if cut == "rotation":
+                    fresh = (await op.request("agents.rotate", {"agent": agent}))["token"]
+                else:
+                    fresh = principals.mint(state_dir, agent)  # main's own credential
+                    text = (state_dir / "config.toml").read_text()
+                    write_config(state_dir, text + '[gateway]\nanonymous = "none"\n')
+                    await op.request("agents.refresh", {})
                 assert "origin says hello" not in await fetch("two")  # refused: the rotation holds here
-                ops2 = await connect(state_dir, client="ops", operator=False, credential=fresh)
+                ops2 = await connect(state_dir, client=agent, operator=False, credential=fresh)
                 try:
                     await _exec(ops2, "true")  # the agent, back with its new credential, runs anything
                 finally:
@@ -729,3 +741,90 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
 
 async def _said(log: Any, tag: str) -> bool:
     return f"END-{tag}" in await log()
+
+
+ROTATED_AWAY = pytest.mark.xfail(
+    strict=True,
+    reason="open: the decision history routes a line by its `agentId` (DecisionLog._route), and the "
+    "operator's own ask names agent main for policy, so the operator's own decisions are kept in main's "
+    "log (`decisions.a.main.jsonl`) and rotated within main's 5 MiB: main's flood of big asks (denied) "
+    "rotates the operator's own decision out of `approvals history`.",
+)
+
+
+@pytest.mark.parametrize("flood", [0, pytest.param(4, marks=ROTATED_AWAY)])
+async def test_class3_agent_mains_asks_rotate_the_operators_own_decisions_away(
+    state_dir: Path, flood: int
+) -> None:
+    """flood 0: the control (the operator's own decision is listed)."""
+    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+
+    work = _config(state_dir)
+    async with gateway(state_dir):
+        main = await connect(state_dir, client="main", operator=False)
+        op = await connect(state_dir, client="op")
+        try:
+            own = (await _exec(op, f"touch {work / 'mine'}", workdir=str(work)))["approvalId"]
+            await op.request("approve", {"id": own, "decision": "deny", "reason": "the operator's own"})
+            mains = state_dir / "history" / "decisions.a.main.jsonl"
+            await wait_until(lambda: mains.exists() and own in mains.read_text())  # (in main's own log)
+            pad = "x" * 60_000
+            for batch in range(flood):  # ~4 x 32 asks of 60 KB, each denied: past main's 5 x 1 MiB
+                ids = []
+                for n in range(MAX_PENDING_PER_AGENT):
+                    asked = await _exec(main, f"true {batch}-{n} #{pad}", workdir=str(work))
+                    ids.append(asked["approvalId"])
+                for approval in ids:
+                    await op.request("approve", {"id": approval, "decision": "deny"})
+            ids_left: set[str] = set()
+            cursor = None
+            while True:
+                page = await op.request("approvals.history", {"cursor": cursor} if cursor else {})
+                ids_left |= {row["id"] for row in page["approvals"]}
+                cursor = page.get("next")
+                if not cursor:
+                    break
+        finally:
+            await op.close()
+            await main.close()
+    on_disk = "".join(path.read_text() for path in (state_dir / "history").glob("decisions*"))
+    assert own in ids_left and own in on_disk, "the operator's own decision is gone from the history"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's hello names its `stateDir` and `place`, and the gateway records that directory as "
+    "a gateway state dir of its account whenever `place` matches (NodeHub._on_hello -> gatewaydirs.record); "
+    "`place` is sha256(machine-id, uid), which any node can compute (its own docstring: never a secret), "
+    "and the path is the node's word: a node names the operator's ~/project, and every host run of every "
+    "agent (the operator's exec too) sees it empty from then on, for good (the record outlives the gateway).",
+)
+async def test_class5_a_nodes_hello_hides_the_operators_project_from_every_host_run(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    import json
+
+    from engine.commands import gatewaydirs, hostoutside
+    from tests.helpers.hostile_node import Hostile
+
+    node = sshd_nodes[0]
+    home = Path(hostoutside.home_dir())
+    project = home / "project"
+    project.mkdir()
+    (project / "README").write_text("the operator's project\n")
+    nodes = (state_dir / "config.toml").read_text()
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + nodes)
+    Hostile(node, state_dir)
+    hello = json.loads((node.root / "hello.json").read_text())
+    hello.update(place=gatewaydirs.place(), stateDir=str(project))  # "my state dir is there"
+    (node.root / "hello.json").write_text(json.dumps(hello))
+    async with gateway(state_dir):
+        op = await connect(state_dir, client="op")
+        try:
+            before = await _exec(op, f"cat {project}/README", agentId="main")
+            assert "the operator's project" in str(before.get("aggregated"))
+            await op.request("nodes.status", {"ping": True})  # the link comes up: its hello is read
+            after = await _exec(op, f"cat {project}/README", agentId="main")
+        finally:
+            await op.close()
+    assert "the operator's project" in str(after.get("aggregated")), after
