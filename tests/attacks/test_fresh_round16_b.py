@@ -791,14 +791,6 @@ async def test_class3_agent_mains_asks_rotate_the_operators_own_decisions_away(
     assert own in ids_left and own in on_disk, "the operator's own decision is gone from the history"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's hello names its `stateDir` and `place`, and the gateway records that directory as "
-    "a gateway state dir of its account whenever `place` matches (NodeHub._on_hello -> gatewaydirs.record); "
-    "`place` is sha256(machine-id, uid), which any node can compute (its own docstring: never a secret), "
-    "and the path is the node's word: a node names the operator's ~/project, and every host run of every "
-    "agent (the operator's exec too) sees it empty from then on, for good (the record outlives the gateway).",
-)
 async def test_class5_a_nodes_hello_hides_the_operators_project_from_every_host_run(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:
