@@ -401,7 +401,14 @@ def view_by_fd(
     checked on that fd (engine.commands.bindsource): what was checked is what bwrap mounts, whatever a run
     exchanges meanwhile. The fds are the caller's to pass to bwrap and close. HostViewError when a source
     moved or became a link since it was resolved."""
-    return _by_fd(lambda: view_args(state, environ, outside))
+    return _by_fd(lambda: view_args(state, environ, outside), owned_roots(outside))
+
+
+def owned_roots(outside: Outside) -> frozenset[str]:
+    """The agent's writable roots as the view binds them (resolved): each judged on the fds bwrap mounts
+    (engine.commands.bindsource.by_fd: this account's, nothing above it another's to change), whatever
+    was judged by name when they were listed (engine.commands.hostroots.trusted_writable)."""
+    return frozenset(os.path.realpath(os.path.expanduser(w)) for w in outside.writable)
 
 
 def own_view_by_fd(
@@ -423,11 +430,13 @@ def own_view_by_fd(
                 return ops
             kept = fewer
 
-    ops, fds = _by_fd(make)
+    ops, fds = _by_fd(make, owned_roots(outside))
     return ops, fds, words
 
 
-def _by_fd(make: Callable[[], list[str]]) -> tuple[list[str], tuple[int, ...]]:
+def _by_fd(
+    make: Callable[[], list[str]], owned: frozenset[str] = frozenset()
+) -> tuple[list[str], tuple[int, ...]]:
     for attempt in range(VIEW_ATTEMPTS):
         try:
             ops = make()
@@ -436,7 +445,7 @@ def _by_fd(make: Callable[[], list[str]]) -> tuple[list[str], tuple[int, ...]]:
                 f"{exc.filename}: {exc.strerror} while the host view was made; refused"
             ) from None
         try:
-            return bindsource.by_fd(ops)
+            return bindsource.by_fd(ops, owned)
         except FileNotFoundError:
             # something listed a moment ago is gone (a socket closed, a container's dir removed by another
             # run's end): the view is made again from what is there now; a name exchanged for a link is not
@@ -490,7 +499,7 @@ def kept_prefix(
     if keeper is None and make:
         outer = inner.words(helper) if inner is not None else None
         try:
-            keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops, outer)
+            keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops, outer, owned_roots(outside))
         finally:
             for fd in outer[1] if outer is not None else ():
                 os.close(fd)

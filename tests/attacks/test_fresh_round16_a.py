@@ -509,15 +509,11 @@ async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a hostWritable root outside the home is bound as found, whoever owns it (the gateway "
-    "makes a missing one itself, otherroots.make_missing, but takes a present one as is): agent main's own "
-    "Unix account makes agent ops's root first in a world-writable dir, then reads and renames what ops's "
-    "host runs write there (a Makefile ops runs next is main's to replace); the agents' socket dir, by "
-    "contrast, must be the gateway's own.",
-)
 async def test_class1_another_agents_root_made_first_by_an_agents_own_account(state_dir: Path) -> None:
+    """Held: a hostWritable root another account owns (or below a dir another account may change) is
+    refused (engine.commands.hostroots.trusted_writable, engine.sysbin.foreign_hold: the pathPrepend
+    judgement with the gateway's account beside root, judged again on the fds the bind walks): ops's run
+    sees it empty and read-only, told why, and writes nothing main's account can read there."""
     shared = _shared(state_dir)
     os.chmod(state_dir.parent, 0o755)
     root = shared / "ops-work"  # ops's hostWritable, not made yet
@@ -531,6 +527,7 @@ async def test_class1_another_agents_root_made_first_by_an_agents_own_account(st
         state_dir, f"echo ops-secret > {root}/notes.txt; echo done", config=config, agent="ops"
     )
     assert "done" in details["_text"], details["_text"]
+    assert f"hostWritable {root} is refused" in details["_text"], details["_text"]
     read = _as_agent(
         f"cat {root}/notes.txt 2>/dev/null; mv {root}/notes.txt {root}/gone 2>/dev/null && echo moved"
     )
