@@ -351,8 +351,7 @@ def view_args(
     if layers and fixed:  # none inside a run's read-only layer (engine.commands.homelayer.outside_layers)
         holders = [state, *roots, *outside_roots(home, state, outside), *outside.covered, *others]
         holders += [dest for _source, dest in outside.private]
-        holders += [point for point, _kind, _writable in homelayer.mount_table()]
-        held = [os.path.realpath(h) for h in holders]
+        held = [os.path.realpath(h) for h in holders] + homelayer.mount_points()  # (these real already)
         fixed = [
             d
             for d in fixed
