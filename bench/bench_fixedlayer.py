@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import compared, interleaved, per_call_us
+from bench.table import compared, interleaved, per_call_us, record
 
 
 def main() -> None:
@@ -50,6 +50,18 @@ def main() -> None:
                 ),
                 "none": functools.partial(per_call_us, lambda: hostview.view_args(str(state)), args.runs, 1),
             }
+        )
+        from engine.commands import homelayer
+
+        fixed = ["/opt/x", str(team)]
+        check_us = per_call_us(
+            lambda: homelayer.outside_layers(fixed, layers, [str(state), *homelayer.mount_points()]),
+            args.runs * 10,
+            3,
+        )
+        record(
+            "the check alone (the mount points read, each fixed ancestor against the layers)",
+            f"{check_us:.0f} µs",
         )
         compared(
             "a view made, no fixed ancestor inside a run's layers (vs every one bound over itself)",

@@ -271,7 +271,8 @@ def view_args(
     # a hostWritable dir outside the home: bound over itself too, so a run's layers (engine.commands.
     # homelayer: every tree outside the writable roots read-only, no socket there connectable) put it back
     # on top as it is, writable and its sockets the agent's (it was writable before; nothing more is)
-    for root in outside_roots(home, state, outside):
+    outer_roots = outside_roots(home, state, outside)
+    for root in outer_roots:
         args += ["--bind", root, root]
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
@@ -349,7 +350,7 @@ def view_args(
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked, *others]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     if layers and fixed:  # none inside a run's read-only layer (engine.commands.homelayer.outside_layers)
-        holders = [state, *roots, *outside_roots(home, state, outside), *outside.covered, *others]
+        holders = [state, *roots, *outer_roots, *outside.covered, *others]
         holders += [dest for _source, dest in outside.private]
         held = [os.path.realpath(h) for h in holders] + homelayer.mount_points()  # (these real already)
         fixed = [
