@@ -615,13 +615,6 @@ async def test_class4_a_path_tools_sibling_library_is_rewritten_for_the_operator
     os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None,
     reason="runs a non-root gateway's run as nobody (needs root)",
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: for a gateway that is not root as well: the fixed ancestor of a pathPrepend dir in the "
-    "gateway user's own tree is carried over the /opt layer by own-pts (homelayer.own_words) and bound by "
-    "fd by bwrap, so the run (nobody, in its user namespace) writes the tree beside the PATH dir; the rest "
-    "of /opt is read-only.",
-)
 def test_class5_a_non_root_runs_fixed_ancestor_is_writable(state_dir: Path) -> None:
     from engine.commands import homelayer, hostkeeper
 
@@ -637,18 +630,24 @@ def test_class5_a_non_root_runs_fixed_ancestor_is_writable(state_dir: Path) -> N
         (fixed / "lib").mkdir()
         for path in (team, fixed, fixed / "bin", fixed / "lib"):
             os.chown(path, 65534, 65534)
-        ops = ["--bind", str(fixed), str(fixed)]  # hostview's fixed-ancestor bind
+        # What the views now bind over itself here (homelayer.outside_layers: nothing a layer holds), carried
+        # by own-pts and bound by bwrap as a run's own bwrap does (own_words); the bind by hand was the
+        # attack (fixed in place, put back writable over the /opt layer).
+        fixing = homelayer.outside_layers([str(fixed)], ["/opt"], [])
+        ops = [w for d in fixing for w in ("--bind", d, d)]
         kept, carried = homelayer.own_words(ops, ["/opt"])
-        assert kept == ["/opt"] and carried == [str(fixed)], (kept, carried)
+        assert kept == ["/opt"] and carried == [], (kept, carried)
         run = (
-            f"exec 5<{fixed}; {helper} own-pts - /opt +{fixed} -- bwrap --dev-bind / / --bind-fd 5 {fixed} "
-            f"-- /bin/sh -c 'echo x > {fixed}/lib/planted; echo y > {team}/beside || echo beside-refused'"
+            f"{helper} own-pts - /opt -- bwrap --dev-bind / / "
+            f"-- /bin/sh -c 'echo x > {fixed}/lib/planted || echo lib-refused; "
+            f"echo y > {team}/beside || echo beside-refused'"
         )
         done = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c", run],
             capture_output=True, text=True, check=False, cwd="/",
         )  # fmt: skip
         assert "beside-refused" in done.stdout, done.stdout + done.stderr  # /opt is a read-only layer
+        assert "lib-refused" in done.stdout, done.stdout + done.stderr
         assert not (fixed / "lib" / "planted").exists(), "the non-root run wrote beside the PATH dir"
     finally:
         shutil.rmtree(team)
