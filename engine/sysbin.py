@@ -38,3 +38,45 @@ def only_root_changes(path: str) -> bool:
         if parent == path:
             return True
         path = parent
+
+
+def foreign_hold(chain: list[tuple[str, os.stat_result]], own: int, *, holder: bool = False) -> str | None:
+    """Why a directory cannot be trusted as this account's (`own`), from the stats of every directory from
+    `/` down to it (by path with lstat, or by the fds a bind walks: engine.commands.bindsource); None when
+    it can. The pathPrepend judgement (only_root_changes) with the gateway's own account beside root: the
+    directory must be `own`'s, and each one above it root's or `own`'s and writable by no group or other
+    account unless sticky (/tmp: no one renames what is not theirs there). Else another account made it
+    or may exchange it, and reads and renames what the runs write in it (fresh round 16 a). `holder`: the
+    directory only holds dirs of ours checked one by one (a sandbox workspace root), judged as the ones
+    above it are (root's too, or sticky)."""
+    if not chain:
+        return "not found"
+    *above, (path, st) = chain
+    if holder:
+        above.append((path, st))
+    elif st.st_uid != own:
+        return f"{path} is owned by uid {st.st_uid}, not this gateway's uid {own}"
+    for name, up in above:
+        if up.st_uid not in (0, own):
+            return f"{name} is owned by uid {up.st_uid} (neither root nor uid {own})"
+        if up.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not up.st_mode & stat.S_ISVTX:
+            mode = stat.filemode(up.st_mode)
+            return f"{name} is writable by other accounts ({mode}, not sticky)"
+    return None
+
+
+def foreign_hold_at(path: str, own: int, *, holder: bool = False) -> str | None:
+    """foreign_hold of `path` (resolved) as found now, by name: the decision of what a view binds; the
+    bind itself is judged again on its fds (engine.commands.bindsource.open_owned)."""
+    chain: list[tuple[str, os.stat_result]] = []
+    here = path
+    while True:
+        try:
+            chain.append((here, os.lstat(here)))
+        except OSError as exc:
+            return f"{here}: {exc.strerror}"
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    return foreign_hold(chain[::-1], own, holder=holder)

@@ -309,7 +309,9 @@ class DecisionLog:
         kind = entry.get("kind") if isinstance(entry, dict) else None
         if kind == "decision":
             agent = entry.get("agentId")
-            agent = agent if isinstance(agent, str) else ""
+            # The operator's own ask names an agent for policy only: its decision is the operator's, kept
+            # in the operator's file (an agent's flood rotates only its own log).
+            agent = agent if isinstance(agent, str) and entry.get("operator") is not True else ""
             if isinstance(entry.get("id"), str):
                 if len(self._owners) >= MAX_OWNERS:  # the oldest half: their runs were written long ago
                     for key in list(self._owners)[: MAX_OWNERS // 2]:

@@ -350,3 +350,20 @@ def unbound(ops: list[str], layers: list[str]) -> list[str]:
         out.append(ops[i])
         i += 1
     return out
+
+
+def outside_layers(dirs: Iterable[str], layers: Iterable[str], holders: Iterable[str]) -> list[str]:
+    """`dirs` (directories a view would bind over themselves, fixed in place) but those a run's read-only
+    layer holds (fresh round 16 a): in a layer no run renames anything, and a bind of one from the host,
+    put back over the layer as every mount below it is (layers.c; own-pts carries it for bwrap), would make
+    its whole tree the host's again, writable, its sockets connecting. Not one inside a `holders` path
+    (a writable root, a private dir, a cover, any host mount) strictly below its innermost layer: that is
+    put back over the layer as it is, possibly writable, so the bind stays."""
+    layered = sorted(set(layers), key=lambda p: -p.count(os.sep))
+    held = set(holders)
+    out: list[str] = []
+    for d in dirs:
+        layer = next((lay for lay in layered if _inside(d, lay)), None)
+        if layer is None or any(h != layer and _inside(h, layer) and _inside(d, h) for h in held):
+            out.append(d)
+    return out

@@ -126,11 +126,13 @@ def ensure(
     helper: str,
     ops: list[str],
     outer: tuple[list[str], tuple[int, ...]] | None = None,
+    owned: frozenset[str] = frozenset(),
 ) -> Keeper | None:
     """The keeper for `key` (made, or re-made, here: blocking, a few ms); None when it cannot be made
     (the run then takes a bwrap of its own, which says why if it fails too). `outer`: words (and the fds
     they name, the caller's) its bwrap starts after: the agent's network namespace's user namespace, for
-    a gateway that is not root (engine.commands.hostnet)."""
+    a gateway that is not root (engine.commands.hostnet). `owned`: the writable roots, each bound only
+    when it is this account's on the fds bwrap mounts (engine.commands.bindsource.by_fd)."""
     with _lock:
         keeper = current(key, state)
         if keeper is not None:
@@ -141,7 +143,7 @@ def ensure(
             old.stop()
         keeper = None
         for _ in range(START_ATTEMPTS):
-            keeper = _start(key, bwrap, helper, ops, outer or ([], ()))
+            keeper = _start(key, bwrap, helper, ops, outer or ([], ()), owned)
             if keeper is not None:
                 break
         if keeper is None:
@@ -153,11 +155,16 @@ def ensure(
 
 
 def _start(
-    key: tuple[object, ...], bwrap: str, helper: str, ops: list[str], outer: tuple[list[str], tuple[int, ...]]
+    key: tuple[object, ...],
+    bwrap: str,
+    helper: str,
+    ops: list[str],
+    outer: tuple[list[str], tuple[int, ...]],
+    owned: frozenset[str] = frozenset(),
 ) -> Keeper | None:
     try:
         # every bind's source by an fd opened now, no link followed: the directory checked is the one bound
-        by_fd, fds_in = bindsource.by_fd(ops)
+        by_fd, fds_in = bindsource.by_fd(ops, owned)
     except OSError:
         return None  # moved meanwhile: the run's own bwrap says why
     try:

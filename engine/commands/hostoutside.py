@@ -38,6 +38,9 @@ class Outside:
     # whose network namespace the run joins (engine.commands.hostnet: the agent's own, kept); None: the
     # host's ([tools.exec] hostNetwork = "host")
     net_agent: str | None = None
+    # why each of the agent's `hostWritable` dirs left out of `writable` is not this gateway's to trust
+    # (engine.commands.hostroots.trusted_writable); it stays in `writable_anywhere`: covered, as another's
+    refused: tuple[str, ...] = ()
 
 
 NOTHING_OUTSIDE = Outside()

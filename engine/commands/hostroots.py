@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
+from engine import sysbin
 from engine.commands import homelayer, homeprivate, hostkeeper, otherroots
 from engine.commands.hostoutside import (
     NOTHING_OUTSIDE,
@@ -32,6 +33,33 @@ from engine.commands.hosttrust import (
     trusted_configs,
     trusted_dirs,
 )
+
+
+def trusted_writable(given: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The agent's `hostWritable` entries a view may bind writable, and a warning for each left out: a
+    present dir (resolved) another account owns, or below a dir another account may change (engine.sysbin.
+    foreign_hold, the pathPrepend judgement with this gateway's account beside root). Such a dir is used
+    as found by no one's choice of the operator: another agent's own Unix account made it first, and reads
+    and renames what the runs write there (fresh round 16 a). Left out, it is covered as another agent's
+    root is (an empty read-only dir in the view: engine.commands.otherroots); the bind of every kept one is
+    judged again on the fds bwrap mounts (engine.commands.bindsource.open_owned). Missing: kept (nothing
+    bound; judged when present)."""
+    own = os.geteuid()
+    kept: list[str] = []
+    notes: list[str] = []
+    for entry in given:
+        real = os.path.realpath(os.path.abspath(os.path.expanduser(entry)))
+        why = sysbin.foreign_hold_at(real, own) if os.path.isdir(real) else None
+        if why is None:
+            kept.append(entry)
+            continue
+        notes.append(
+            f"Warning: [tools.exec] hostWritable {entry} is refused: {why}; another account may read, "
+            "replace or rename what runs write there, so host runs see it empty and read-only. Make it "
+            f"this gateway's (chown {own} {real}, in a directory only root or this account may change) "
+            "or list another directory"
+        )
+    return tuple(kept), tuple(notes)
 
 
 def writable_roots(

@@ -211,6 +211,7 @@ def view_args(
     *,
     sockets: bool = True,
     layered_home: bool = False,
+    layers: list[str] | tuple[str, ...] = (),
 ) -> list[str]:
     """The bwrap operations of the host view: the home read-only as a whole, then the `hostWritable`
     dirs bound back writable over it; the gateway's own inputs read-only, the state dir covered (after
@@ -222,7 +223,10 @@ def view_args(
     for a run's own bwrap; a kept view's runs see the home through a layer of their own instead, where no
     socket connects (engine.commands.homelayer). `layered_home`: the home is that layer already, made
     before bwrap (exechost-hostenter own-pts), read-only with every mount below it: not bound again (a
-    bind of it, from the host, would cover the layer), and no socket of it covered."""
+    bind of it, from the host, would cover the layer), and no socket of it covered. `layers`: the
+    directories each run sees through a read-only layer of its own (run_layers; the kept view's runs and
+    own-pts make them): no directory in one is fixed in place, no run can rename it there, and a bind of
+    it from the host would be put back over the layer writable (fresh round 16 a)."""
     sockets = sockets and not layered_home
     home = home_dir(environ)
     roots = writable_roots(state, environ, outside)
@@ -267,7 +271,8 @@ def view_args(
     # a hostWritable dir outside the home: bound over itself too, so a run's layers (engine.commands.
     # homelayer: every tree outside the writable roots read-only, no socket there connectable) put it back
     # on top as it is, writable and its sockets the agent's (it was writable before; nothing more is)
-    for root in outside_roots(home, state, outside):
+    outer_roots = outside_roots(home, state, outside)
+    for root in outer_roots:
         args += ["--bind", root, root]
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
@@ -344,6 +349,15 @@ def view_args(
         args += ["--chdir", outside.chdir]
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked, *others]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
+    if layers and fixed:  # none inside a run's read-only layer (engine.commands.homelayer.outside_layers)
+        holders = [state, *roots, *outer_roots, *outside.covered, *others]
+        holders += [dest for _source, dest in outside.private]
+        held = [os.path.realpath(h) for h in holders] + homelayer.mount_points()  # (these real already)
+        fixed = [
+            d
+            for d in fixed
+            if homelayer.outside_layers([d, os.path.realpath(d)], layers, held)  # by either name
+        ]
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
     return ["--dev-bind", "/", "/", *DEV_OPS, *fix, *args]
 
@@ -401,7 +415,14 @@ def view_by_fd(
     checked on that fd (engine.commands.bindsource): what was checked is what bwrap mounts, whatever a run
     exchanges meanwhile. The fds are the caller's to pass to bwrap and close. HostViewError when a source
     moved or became a link since it was resolved."""
-    return _by_fd(lambda: view_args(state, environ, outside))
+    return _by_fd(lambda: view_args(state, environ, outside), owned_roots(outside))
+
+
+def owned_roots(outside: Outside) -> frozenset[str]:
+    """The agent's writable roots as the view binds them (resolved): each judged on the fds bwrap mounts
+    (engine.commands.bindsource.by_fd: this account's, nothing above it another's to change), whatever
+    was judged by name when they were listed (engine.commands.hostroots.trusted_writable)."""
+    return frozenset(os.path.realpath(os.path.expanduser(w)) for w in outside.writable)
 
 
 def own_view_by_fd(
@@ -416,18 +437,21 @@ def own_view_by_fd(
     def make() -> list[str]:
         kept = list(layers)
         while True:
-            ops = homelayer.unbound(view_args(state, None, outside, layered_home=home in kept), kept)
+            made = view_args(state, None, outside, layered_home=home in kept, layers=kept)
+            ops = homelayer.unbound(made, kept)
             fewer, carried = homelayer.own_words(ops, kept)
             if fewer == kept:
                 words[:] = [*kept, *(f"+{c}" for c in carried)]
                 return ops
             kept = fewer
 
-    ops, fds = _by_fd(make)
+    ops, fds = _by_fd(make, owned_roots(outside))
     return ops, fds, words
 
 
-def _by_fd(make: Callable[[], list[str]]) -> tuple[list[str], tuple[int, ...]]:
+def _by_fd(
+    make: Callable[[], list[str]], owned: frozenset[str] = frozenset()
+) -> tuple[list[str], tuple[int, ...]]:
     for attempt in range(VIEW_ATTEMPTS):
         try:
             ops = make()
@@ -436,7 +460,7 @@ def _by_fd(make: Callable[[], list[str]]) -> tuple[list[str], tuple[int, ...]]:
                 f"{exc.filename}: {exc.strerror} while the host view was made; refused"
             ) from None
         try:
-            return bindsource.by_fd(ops)
+            return bindsource.by_fd(ops, owned)
         except FileNotFoundError:
             # something listed a moment ago is gone (a socket closed, a container's dir removed by another
             # run's end): the view is made again from what is there now; a name exchanged for a link is not
@@ -480,7 +504,10 @@ def kept_prefix(
     holder = _net_holder(state, helper, outside, make=make)
     if holder is False:  # not up (or not to be had): a thread makes it, or the run takes its own bwrap
         return None
-    ops = view_args(state, outside=replace(outside, workdir=None), sockets=False)
+    # the layers first: no directory in one is fixed in place by the view (view_args), so every run of
+    # this view is entered with these same layers (other layers, other ops: another keeper)
+    layers = run_layers(state, outside, kept=True)
+    ops = view_args(state, outside=replace(outside, workdir=None), sockets=False, layers=layers)
     slot = hostkeeper.slot(state, outside.private[0][0] if outside.private else None)
     # A gateway that is not root: its kept view is made inside the agent's network namespace's user
     # namespace, which its runs join first (engine.commands.hostnet); a new one, a new view.
@@ -490,11 +517,10 @@ def kept_prefix(
     if keeper is None and make:
         outer = inner.words(helper) if inner is not None else None
         try:
-            keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops, outer)
+            keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops, outer, owned_roots(outside))
         finally:
             for fd in outer[1] if outer is not None else ():
                 os.close(fd)
-    layers = run_layers(state, outside, kept=True)
     entered = keeper.enter(helper, layers) if keeper is not None else None  # None: stopped meanwhile
     if entered is None:
         return None

@@ -89,6 +89,14 @@ def _last_line(log: Path) -> str:
     return lines[-1][-400:] if lines else "no log output"
 
 
+# Waits before each retry of a handshake the gateway cut off unanswered (ControlClient._settled_connect).
+HANDSHAKE_RETRY_DELAYS = (0.1, 0.5)
+
+
+class HandshakeCut(GatewayUnavailable):
+    """The gateway closed the connection without answering its hello (nothing was acted upon)."""
+
+
 class ControlClient:
     """One authenticated connection to the gateway: concurrent requests matched by id, plus pushed events."""
 
@@ -135,13 +143,27 @@ class ControlClient:
         if shared_socket(operator):
             autostart = False  # another account's gateway: never start one of our own
         try:
-            return await cls._try_connect(state, client, name, token, role, cred)
+            return await cls._settled_connect(state, client, name, token, role, cred)
         except GatewayNotAnswering:
             raise  # one is there: a second would only fail on its lock
         except GatewayUnavailable:
             if not autostart:
                 raise
         return await cls._start_and_connect(state, client, name, token, start_timeout, role, cred)
+
+    @classmethod
+    async def _settled_connect(
+        cls, state: Path, client: str, name: str, token: str | None, role: str = "", cred: str = ""
+    ) -> ControlClient:
+        """`_try_connect`, again when the gateway cut the handshake off before answering it: a gateway whose
+        loop stalled past its hello timeout (a restart under load) closes with the hello unread, and the
+        client sees a reset. Nothing is acted upon before a handshake ends, so a retry is always safe."""
+        for delay in HANDSHAKE_RETRY_DELAYS:
+            try:
+                return await cls._try_connect(state, client, name, token, role, cred)
+            except HandshakeCut:
+                await asyncio.sleep(delay)
+        return await cls._try_connect(state, client, name, token, role, cred)
 
     @classmethod
     async def _try_connect(
@@ -174,13 +196,18 @@ class ControlClient:
             ) from None
         except (OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
             writer.close()
-            raise GatewayUnavailable(
+            cut = isinstance(exc, (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError))
+            raise (HandshakeCut if cut else GatewayUnavailable)(
                 f"handshake with the gateway failed: {exc or type(exc).__name__}"
             ) from None
         try:
             welcome = welcome_or_raise(frame)
-        except RemoteError:
+        except RemoteError as exc:
             writer.close()
+            if exc.code == "handshake" and str(exc.message).startswith("no hello within"):
+                raise HandshakeCut(
+                    f"the gateway did not read this client's hello in time: {exc.message}"
+                ) from None
             raise
         return cls(reader, writer, welcome)
 

@@ -15,6 +15,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from engine import sysbin
 from engine.errors import ExecHostError
 from engine.sandbox import beneath, sandboxuid
 
@@ -47,13 +48,29 @@ def open_workspace(root: str, path: str, mode: int = 0o700) -> int:
     """An fd on `path`, created under `root` one component at a time, refusing any component that is a
     link or not ours.
 
-    `root` is trusted as configured (the state dir or the operator's workspaceRoot); it is created if
-    missing. Raises WorkspaceError, naming the component, when something is not a real directory."""
+    `root` (the state dir or the operator's workspaceRoot) is created if missing, and used only when it
+    is no other account's to change: it and every directory above it root's or this account's and
+    writable by no other account unless sticky (engine.sysbin.foreign_hold, as a hostWritable root's
+    ancestors: fresh round 16 a; each workspace in it is checked to be ours). Another
+    account that made it first could rename the workspaces in it between their check and Docker's
+    mount. Judged by name, then the fd opened on the real path is checked to be that directory: what
+    passed cannot be exchanged by another account afterwards. Raises WorkspaceError, naming the
+    component, when something is not a real directory of ours."""
     root = os.path.abspath(root)
     path = os.path.abspath(path)
     os.makedirs(root, mode=0o700, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    real = os.path.realpath(root)
+    why = sysbin.foreign_hold_at(real, os.geteuid(), holder=True)
+    if why is not None:
+        raise WorkspaceError(
+            f"sandbox workspace root {root} is refused: {why}; another account could rename the "
+            f"workspaces in it. Make it this gateway's (chown {os.geteuid()} {real}, in a directory only "
+            "root or this account may change) or set sandbox.workspaceRoot to another directory."
+        )
+    fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        if os.fstat(fd).st_uid not in (os.geteuid(), 0):
+            raise WorkspaceError(f"sandbox workspace root {root} changed owner while it was opened")
         shown = root
         for name in _below(root, path):
             shown = os.path.join(shown, name)

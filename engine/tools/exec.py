@@ -405,8 +405,9 @@ class ExecTool:
         )
         refuse_hidden_cwd(prepared.cwd, str(state_dir()), outside)
         note = workdir_note(str(state_dir()), outside)
-        if note is not None and note not in prepared.warnings:
-            prepared.warnings.append(note)
+        for line in (*outside.refused, *([note] if note is not None else [])):
+            if line not in prepared.warnings:
+                prepared.warnings.append(line)
         return True
 
     async def _pinned(

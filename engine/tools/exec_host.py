@@ -17,7 +17,7 @@ from typing import Any
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
-from engine.commands import gatewaydirs, hostkeeper, hostnet, hostprivate, hosttrust
+from engine.commands import gatewaydirs, hostkeeper, hostnet, hostprivate, hostroots, hosttrust
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostoutside import HostViewError, Outside, home_dir
@@ -80,11 +80,14 @@ def host_outside(
     private = hostprivate.binds(
         str(state_dir()), space, hostprivate.dests(config.exec_for(agent_id).host_private)
     )
+    # a root another account owns or may change is not bound writable: covered, as another agent's is
+    kept, refused = hostroots.trusted_writable(writable)
     return Outside(
         hidden=tuple(dict.fromkeys([*keys, *their_keys])) + engine_sockets(),
         readonly=((os.path.dirname(sock),) if sock else ()) + program_dirs(config),
         files=tuple(sorted(os.path.abspath(p) for p in read)),
-        writable=tuple(config.exec_for(agent_id).host_writable),
+        writable=kept,
+        refused=refused,
         writable_anywhere=tuple(
             dict.fromkeys(
                 p for e in (config.exec, *map(config.exec_for, config.agents)) for p in e.host_writable

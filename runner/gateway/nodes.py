@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import stat
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ from engine.nodes.revocations import Revocations
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response, credential_stamp
 from engine.policy.decision import Decision
-from engine.principals import key_owner
+from engine.principals import MAIN_AGENT, key_owner
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.tools.exec import ExecContext
@@ -156,8 +158,22 @@ class NodeHub:
         if hello.place and hello.place == gatewaydirs.place() and hello.state_dir.startswith(os.sep):
             # A node of this account on this machine: its state dir (another agent's node-run /tmp copy,
             # its sandboxes' workspaces and control FIFOs) is covered in every host view of ours too, as
-            # another gateway's is (fresh round 15 b), wherever its HOME recorded it.
-            gatewaydirs.record(hostoutside.home_dir(), hello.state_dir)
+            # another gateway's is (fresh round 15 b), wherever its HOME recorded it. `place` is no secret
+            # and the path is the node's word: recorded only when the directory proves to be that node's
+            # own, made by this account, where no run writes (a node naming the operator's project would
+            # otherwise hide it from every host run, for good: fresh round 16 b).
+            config = self.services.config()
+            writable = [
+                w for agent in (MAIN_AGENT, *config.agents) for w in config.exec_for(agent).host_writable
+            ]
+            if node_state_dir(hello.state_dir, hello.node_id, writable):
+                gatewaydirs.record(hostoutside.home_dir(), hello.state_dir)
+            else:
+                log.warning(
+                    "node %s names %s as its state dir on this machine, which is not its own: not recorded",
+                    link.name,
+                    hello.state_dir[:300],
+                )
 
     def _check_hello(self, link: NodeLink, hello: Hello) -> None:
         """A link whose hello presents a node id that another configured node presented first (pinned in
@@ -629,3 +645,45 @@ class NodeHub:
             with contextlib.suppress(Exception):
                 await link.close()
         self.links.clear()
+
+
+def node_state_dir(path: str, node_id: str, writable: list[str]) -> bool:
+    """Whether `path` is node `node_id`'s own state dir, made by this account: a real directory (no link on
+    the way) of this uid, open to no one else, under no directory another account or a run may write (a
+    group- or world-writable ancestor, any agent's hostWritable dir), holding that node's identity file
+    (node.json, 0600, this uid's, naming `node_id`). Judged by who may write it, not by its name."""
+    uid = os.geteuid()
+    real = os.path.realpath(path)
+    if real != os.path.normpath(path):
+        return False
+    for root in writable:
+        expanded = os.path.realpath(os.path.expanduser(root))
+        if (
+            real == expanded
+            or real.startswith(expanded.rstrip(os.sep) + os.sep)
+            or expanded.startswith(real + os.sep)
+        ):
+            return False
+    try:
+        st = os.lstat(real)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+            return False
+        parent = os.path.dirname(real)
+        while True:
+            pst = os.lstat(parent)
+            if pst.st_uid not in (0, uid) or (pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX):
+                return False  # (a sticky /tmp: no other account renames what is ours in it)
+            if parent == os.sep:
+                break
+            parent = os.path.dirname(parent)
+        fd = os.open(os.path.join(real, "node.json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode) or fst.st_uid != uid or fst.st_mode & 0o077:
+                return False
+            data = json.loads(os.read(fd, 1 << 16))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("nodeId") == node_id

@@ -373,14 +373,6 @@ async def test_class5_a_link_in_a_writable_root_to_a_socket_in_a_read_only_tree_
         shutil.rmtree(spot)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a directory above a protected path outside the home that a host command could rename "
-    "(_fixed_ancestors: its parent writable by the gateway's user) is bound over itself writable (`--bind D "
-    "D`); a kept-view run puts every mount below a layer back over it as it is, and a run's own bwrap binds "
-    "it after own-pts made the layer (homelayer.unbound drops only a bind of a layer itself), so D's whole "
-    "tree is the host's in the run, not a read-only layer: its files are written and its sockets connect.",
-)
 @pytest.mark.parametrize("view", ["kept", "own-bwrap"])
 async def test_class5_a_tree_above_a_path_dir_outside_the_home_is_writable_and_its_sockets_connect(
     state_dir: Path, view: str
@@ -455,12 +447,6 @@ async def test_class1_another_accounts_session_host_gets_no_command(
         fake.wait()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the same fixed-ancestor bind (`--bind D D`, writable, the host's over every layer) is made "
-    "above another agent's hostWritable root outside the home: agent main writes the directory holding "
-    "ops's covered root, and plants a repository there that git finds from ops's root (discovery walks up).",
-)
 async def test_class4_an_agent_writes_the_directory_above_another_agents_root_outside_the_home(
     state_dir: Path,
 ) -> None:
@@ -478,12 +464,6 @@ async def test_class4_an_agent_writes_the_directory_above_another_agents_root_ou
         shutil.rmtree(team)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the same fixed-ancestor bind is made above the gateway's own state dir outside the home "
-    "(a service's /srv/<team>/exechost/state): every sibling of the state dir there is the host's in every "
-    "host run, written by any agent, its sockets connecting, with no agent's config naming it.",
-)
 async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -509,15 +489,11 @@ async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a hostWritable root outside the home is bound as found, whoever owns it (the gateway "
-    "makes a missing one itself, otherroots.make_missing, but takes a present one as is): agent main's own "
-    "Unix account makes agent ops's root first in a world-writable dir, then reads and renames what ops's "
-    "host runs write there (a Makefile ops runs next is main's to replace); the agents' socket dir, by "
-    "contrast, must be the gateway's own.",
-)
 async def test_class1_another_agents_root_made_first_by_an_agents_own_account(state_dir: Path) -> None:
+    """Held: a hostWritable root another account owns (or below a dir another account may change) is
+    refused (engine.commands.hostroots.trusted_writable, engine.sysbin.foreign_hold: the pathPrepend
+    judgement with the gateway's account beside root, judged again on the fds the bind walks): ops's run
+    sees it empty and read-only, told why, and writes nothing main's account can read there."""
     shared = _shared(state_dir)
     os.chmod(state_dir.parent, 0o755)
     root = shared / "ops-work"  # ops's hostWritable, not made yet
@@ -531,6 +507,7 @@ async def test_class1_another_agents_root_made_first_by_an_agents_own_account(st
         state_dir, f"echo ops-secret > {root}/notes.txt; echo done", config=config, agent="ops"
     )
     assert "done" in details["_text"], details["_text"]
+    assert f"hostWritable {root} is refused" in details["_text"], details["_text"]
     read = _as_agent(
         f"cat {root}/notes.txt 2>/dev/null; mv {root}/notes.txt {root}/gone 2>/dev/null && echo moved"
     )
@@ -612,13 +589,6 @@ async def test_class6_tokens_planted_after_adopts_look_are_the_gateways(
     assert token != chosen + "operator.json", "gateway B's operator token is the one the agent chose"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: through the same writable fixed ancestor, a host run rewrites what a PATH tool outside the "
-    "home loads from beside its bin (a tool in a directory of the operator's, /srv/<op>/<tool>/{bin,lib}: "
-    "its parent the gateway user's to write), and the operator's next run of the tool, outside every "
-    "view, runs the agent's code (round 8 r's PATH tool, back through its siblings rather than its bin).",
-)
 async def test_class4_a_path_tools_sibling_library_is_rewritten_for_the_operators_next_run(
     state_dir: Path,
 ) -> None:
@@ -645,13 +615,6 @@ async def test_class4_a_path_tools_sibling_library_is_rewritten_for_the_operator
     os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None,
     reason="runs a non-root gateway's run as nobody (needs root)",
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: for a gateway that is not root as well: the fixed ancestor of a pathPrepend dir in the "
-    "gateway user's own tree is carried over the /opt layer by own-pts (homelayer.own_words) and bound by "
-    "fd by bwrap, so the run (nobody, in its user namespace) writes the tree beside the PATH dir; the rest "
-    "of /opt is read-only.",
-)
 def test_class5_a_non_root_runs_fixed_ancestor_is_writable(state_dir: Path) -> None:
     from engine.commands import homelayer, hostkeeper
 
@@ -667,18 +630,24 @@ def test_class5_a_non_root_runs_fixed_ancestor_is_writable(state_dir: Path) -> N
         (fixed / "lib").mkdir()
         for path in (team, fixed, fixed / "bin", fixed / "lib"):
             os.chown(path, 65534, 65534)
-        ops = ["--bind", str(fixed), str(fixed)]  # hostview's fixed-ancestor bind
+        # What the views now bind over itself here (homelayer.outside_layers: nothing a layer holds), carried
+        # by own-pts and bound by bwrap as a run's own bwrap does (own_words); the bind by hand was the
+        # attack (fixed in place, put back writable over the /opt layer).
+        fixing = homelayer.outside_layers([str(fixed)], ["/opt"], [])
+        ops = [w for d in fixing for w in ("--bind", d, d)]
         kept, carried = homelayer.own_words(ops, ["/opt"])
-        assert kept == ["/opt"] and carried == [str(fixed)], (kept, carried)
+        assert kept == ["/opt"] and carried == [], (kept, carried)
         run = (
-            f"exec 5<{fixed}; {helper} own-pts - /opt +{fixed} -- bwrap --dev-bind / / --bind-fd 5 {fixed} "
-            f"-- /bin/sh -c 'echo x > {fixed}/lib/planted; echo y > {team}/beside || echo beside-refused'"
+            f"{helper} own-pts - /opt -- bwrap --dev-bind / / "
+            f"-- /bin/sh -c 'echo x > {fixed}/lib/planted || echo lib-refused; "
+            f"echo y > {team}/beside || echo beside-refused'"
         )
         done = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c", run],
             capture_output=True, text=True, check=False, cwd="/",
         )  # fmt: skip
         assert "beside-refused" in done.stdout, done.stdout + done.stderr  # /opt is a read-only layer
+        assert "lib-refused" in done.stdout, done.stdout + done.stderr
         assert not (fixed / "lib" / "planted").exists(), "the non-root run wrote beside the PATH dir"
     finally:
         shutil.rmtree(team)
@@ -692,13 +661,6 @@ def _unmount_below(root: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the two compound with no shared dir at all (hostPrivate's default): the directory holding "
-    "gateway B's recorded state dir is fixed in place, writable, in gateway A's runs, so A's run plants "
-    "sandbox-bin/egress-forward in the state dir the operator gives gateway C beside B's, and C runs it "
-    "outside every view: C's operator token.",
-)
 async def test_class1_a_planted_forwarder_beside_another_gateways_state_dir(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -726,8 +688,11 @@ chmod 755 "$C/sandbox-bin/egress-forward"
 sha256sum {REPO}/engine/sandbox/egress/forward.c | cut -c1-16 > "$C/sandbox-bin/egress-forward.sha"
 echo planted"""
         details = await attempt(state_dir, plant, config=FULL)
-        assert "planted" in details["_text"], details["_text"]
+        # the plant ran (planted), or was refused in the read-only layer holding gw-c's place: the defence
+        text = details["_text"]
+        assert "planted" in text or f"{gw_c}’: Read-only file system" in text, text
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(gw_c))
+        gw_c.mkdir(mode=0o700, exist_ok=True)  # the operator's, where no plant made it first
         write_config(gw_c, FULL)
         async with gateway(gw_c):
             client = await connect(gw_c)

@@ -662,7 +662,12 @@ async def test_class1_an_idle_cut_off_connection_keeps_streaming_session_output(
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(state_dir: Path) -> None:
+@pytest.mark.parametrize("cut", ["rotation", "anonymous-none"])
+async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(
+    state_dir: Path, cut: str
+) -> None:
+    """anonymous-none: the same with a proof's cut (the gateway token alone), and credentialed main. Fix
+    16rot: the sandbox, served under the ended generation or proof, ends before the new one's run enters."""
     from tests.helpers.egress import origin
 
     with origin() as org:
@@ -674,7 +679,8 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
             + EGRESS.format(port=org.port)
             + listed("ops"),
         )
-        leaked = principals.mint(state_dir, "ops")
+        agent = "ops" if cut == "rotation" else "main"
+        leaked = principals.mint(state_dir, agent) if cut == "rotation" else None
         async with gateway(state_dir):
             ops = await connect(state_dir, client="leaker", operator=False, credential=leaked)
             op = await connect(state_dir, client="op")
@@ -691,9 +697,15 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(sta
                     return (await log()).split(f"END-{tag}")[0].rsplit("END-", 1)[-1]
 
                 assert "origin says hello" in await fetch("one")
-                fresh = (await op.request("agents.rotate", {"agent": "ops"}))["token"]
+                if cut == "rotation":
+                    fresh = (await op.request("agents.rotate", {"agent": agent}))["token"]
+                else:
+                    fresh = principals.mint(state_dir, agent)  # main's own credential
+                    text = (state_dir / "config.toml").read_text()
+                    write_config(state_dir, text + '[gateway]\nanonymous = "none"\n')
+                    await op.request("agents.refresh", {})
                 assert "origin says hello" not in await fetch("two")  # refused: the rotation holds here
-                ops2 = await connect(state_dir, client="ops", operator=False, credential=fresh)
+                ops2 = await connect(state_dir, client=agent, operator=False, credential=fresh)
                 try:
                     await _exec(ops2, "true")  # the agent, back with its new credential, runs anything
                 finally:
@@ -722,3 +734,77 @@ async def _said(log: Any, tag: str) -> bool:
 
 async def _said_or(log: Any, tag: str, ended: Any) -> bool:
     return await _said(log, tag) or await ended()
+
+
+@pytest.mark.parametrize("flood", [0, 4])
+async def test_class3_agent_mains_asks_rotate_the_operators_own_decisions_away(
+    state_dir: Path, flood: int
+) -> None:
+    """The operator's own decisions were routed by the agent the ask named for policy (main) and rotated
+    within main's 5 MiB by main's flood of big asks; they are the operator's now (history._route). flood 0:
+    the control (the operator's own decision is listed)."""
+    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+
+    work = _config(state_dir)
+    async with gateway(state_dir):
+        main = await connect(state_dir, client="main", operator=False)
+        op = await connect(state_dir, client="op")
+        try:
+            own = (await _exec(op, f"touch {work / 'mine'}", workdir=str(work)))["approvalId"]
+            await op.request("approve", {"id": own, "decision": "deny", "reason": "the operator's own"})
+            history = state_dir / "history"
+            await wait_until(lambda: any(own in f.read_text() for f in history.glob("decisions*")))
+            mains = history / "decisions.a.main.jsonl"
+            assert not mains.exists() or own not in mains.read_text()  # the operator's, not main's
+            pad = "x" * 60_000
+            for batch in range(flood):  # ~4 x 32 asks of 60 KB, each denied: past main's 5 x 1 MiB
+                ids = []
+                for n in range(MAX_PENDING_PER_AGENT):
+                    asked = await _exec(main, f"true {batch}-{n} #{pad}", workdir=str(work))
+                    ids.append(asked["approvalId"])
+                for approval in ids:
+                    await op.request("approve", {"id": approval, "decision": "deny"})
+            ids_left: set[str] = set()
+            cursor = None
+            while True:
+                page = await op.request("approvals.history", {"cursor": cursor} if cursor else {})
+                ids_left |= {row["id"] for row in page["approvals"]}
+                cursor = page.get("next")
+                if not cursor:
+                    break
+        finally:
+            await op.close()
+            await main.close()
+    on_disk = "".join(path.read_text() for path in (state_dir / "history").glob("decisions*"))
+    assert own in ids_left and own in on_disk, "the operator's own decision is gone from the history"
+
+
+async def test_class5_a_nodes_hello_hides_the_operators_project_from_every_host_run(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    import json
+
+    from engine.commands import gatewaydirs, hostoutside
+    from tests.helpers.hostile_node import Hostile
+
+    node = sshd_nodes[0]
+    home = Path(hostoutside.home_dir())
+    project = home / "project"
+    project.mkdir()
+    (project / "README").write_text("the operator's project\n")
+    nodes = (state_dir / "config.toml").read_text()
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + nodes)
+    Hostile(node, state_dir)
+    hello = json.loads((node.root / "hello.json").read_text())
+    hello.update(place=gatewaydirs.place(), stateDir=str(project))  # "my state dir is there"
+    (node.root / "hello.json").write_text(json.dumps(hello))
+    async with gateway(state_dir):
+        op = await connect(state_dir, client="op")
+        try:
+            before = await _exec(op, f"cat {project}/README", agentId="main")
+            assert "the operator's project" in str(before.get("aggregated"))
+            await op.request("nodes.status", {"ping": True})  # the link comes up: its hello is read
+            after = await _exec(op, f"cat {project}/README", agentId="main")
+        finally:
+            await op.close()
+    assert "the operator's project" in str(after.get("aggregated")), after

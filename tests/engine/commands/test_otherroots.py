@@ -3,6 +3,7 @@ shown and writable whatever the nesting, and the kept view remade when another a
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostkeeper, hostoutside, hostroots, hostview, otherroots
+from engine.commands import bindsource, hostkeeper, hostoutside, hostroots, hostview, otherroots
 from engine.commands.pinned import pinned_view
 from engine.commands.verified import Mirror
 from tests.helpers.bwrap import needs_bwrap
@@ -251,3 +252,28 @@ def test_another_agents_root_outside_the_home_is_covered_and_stays_in_place(
     assert otherroots.others((), (str(tools / "lib"),), str(Path.home()), needed=lambda: needed) == [
         str(tools / "lib")
     ]
+
+
+def test_a_writable_root_another_account_holds_is_refused_by_name_and_on_the_binds_fds(
+    tmp_path: Path,
+) -> None:
+    """hostroots.trusted_writable leaves such a root out with a warning naming it and what to do; and
+    bindsource.by_fd refuses it on the fds it walks, whatever was decided by name (fresh round 16 a)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # not sticky: any account may exchange what is in it
+    theirs = shared / "ops-work"
+    theirs.mkdir()
+    ours = tmp_path / "mine"
+    ours.mkdir()
+    kept, notes = hostroots.trusted_writable([str(ours), str(theirs), str(tmp_path / "missing")])
+    assert kept == (str(ours), str(tmp_path / "missing"))
+    assert len(notes) == 1 and f"hostWritable {theirs} is refused" in notes[0] and "chown" in notes[0]
+    ops, fds = bindsource.by_fd(["--bind", str(ours), str(ours)], frozenset({str(ours)}))
+    assert ops[0] == "--bind-fd"
+    bindsource.close(fds)
+    with pytest.raises(PermissionError, match="writable by other accounts"):
+        bindsource.by_fd(["--bind", str(theirs), str(theirs)], frozenset({str(theirs)}))
+    ops, fds = bindsource.by_fd(["--bind", str(theirs), str(theirs)])  # not a writable root: not judged
+    assert ops[0] == "--bind-fd"
+    bindsource.close(fds)
