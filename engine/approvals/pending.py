@@ -598,6 +598,20 @@ class ApprovalManager:
                     touched += self.revoke_record(record)
         return touched
 
+    def credentials_named(self) -> set[tuple[str, str]]:
+        """(agent, credential id) of every credential an ask not yet over was made with (its requesters'
+        resume data): the gateway compares each with the files at a recheck, so a credential removed on
+        disk ends what it asked even when no connection of it is left (GatewayServer.recheck)."""
+        named = set()
+        for record in [*self._open.values(), *self._maybe_unsettled.values()]:
+            if record.revoked or (record.resolved and record.decision not in ("allow-once", "allow-always")):
+                continue
+            for made in [record.resume, *(entry.get("resume") for entry in record.joined)]:
+                credential = str((made or {}).get("credential") or "")
+                if credential:
+                    named.add((str((made or {}).get("agentId") or record.request.agent_id), credential))
+        return named
+
     def revoke_record(self, record: ApprovalRecord) -> int:
         """Whoever asked was revoked (live, or while no gateway ran: engine.tools.resume): a pending ask is
         denied (reason "agent revoked"), and a run approved but not started yet is noted as denied, so

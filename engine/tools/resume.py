@@ -12,7 +12,9 @@ import logging
 from typing import Any
 
 from engine import principals
+from engine.approvals import generations
 from engine.approvals.durable import StoredAsk
+from engine.approvals.generations import Stamp
 from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalRecord, env_hash
 from engine.commands.allowlist import identity_problem
@@ -129,7 +131,34 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord, slot: dict[str, Any
         operator=resume.get("operator") is True,
         operators_own=resume.get("operatorsOwn") is True,
     )
+    # Its run acts under a stamp rebuilt from what the journal says made its caller the agent (taken
+    # before the wait: a revoke meanwhile ends it), as the live call's would: a later cut of that proof
+    # (`anonymous = "none"`, a replaced gateway token) refuses and cuts what it sets going, its host runs'
+    # egress too. The operator's own asks run as the operator's, unstamped.
+    stamp = None if ctx.operator else _stamp(tool, record, ctx.agent_id, str(resume.get("proof") or ""))
     decision = await tool.approvals.wait(record)
+    authorized = generations.authorize(stamp)
+    try:
+        await _resume(tool, record, slot, resume, stored, ctx, decision)
+    finally:
+        generations.reset(authorized)
+
+
+def _stamp(tool: ExecTool, record: ApprovalRecord, agent: str, proof: str) -> Stamp:
+    gens = tool.approvals.generations
+    at = record.proofs.get(proof, gens.current(proof)) if proof else 0
+    return Stamp(agent, gens.current(agent), gens, proof, at)
+
+
+async def _resume(
+    tool: ExecTool,
+    record: ApprovalRecord,
+    slot: dict[str, Any] | None,
+    resume: dict[str, Any],
+    stored: dict[str, Any],
+    ctx: ExecContext,
+    decision: str | None,
+) -> None:
     command = str(stored.get("command") or record.request.command)
     run = record.run if slot is None else slot.get("run")
     if run is not None and run.get("status") != "starting":

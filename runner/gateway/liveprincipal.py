@@ -11,20 +11,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine import principals
+from engine.commands import hostprivate
 from engine.config.model import Config
+from runner.gateway.tokenfiles import token_id
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.tokenfiles import GatewayTokens
 
 # What made a connection its agent, as its calls are stamped with it: `uid:<uid>><agent>` (the agents'
-# socket's mapping), `anonymous>main` (the gateway token alone), or `listed>ops` (a minted credential, which
-# makes its agent only while the config admits it: Config.admits; the credential's own end, a revoke or a
-# rotation, is its agent's generation). The `:`/`>` keep them apart from every agent id (principals.NAME_RE)
-# in one Generations.
+# socket's mapping), `anonymous>main@<id>` (the gateway token alone: the id of the very token it proved),
+# `listed>ops` (a minted credential, which makes its agent only while the config admits it: Config.admits;
+# the credential's own end, a revoke or a rotation, is its agent's generation), or `operator@<id>` (the
+# operator token, by the id of the one it proved). A proof made by a secret names that secret (one rule):
+# replacing the file ends it, whatever the config says. The `:`/`>`/`@` keep them apart from every agent id
+# (principals.NAME_RE) in one Generations.
 _UID = "uid:"
 _ANONYMOUS = "anonymous>"
 _LISTED = "listed>"
+_OPERATOR = "operator@"
+# The operator's calls are stamped as this principal (never an agent's name: hostprivate's own space), so
+# no agent's revoke or rotation ends them; only their proof's end does.
+OPERATOR_PRINCIPAL = hostprivate.OPERATOR
 
 
 def principal_now(
@@ -69,24 +77,47 @@ def stale(
 
 
 def proof_key(conn: Connection) -> str:
-    """What made `conn` its agent, as the asks it makes record it: "" for the operator (unstamped), else
-    the credential's listing, the uid mapping or the anonymous rule."""
+    """What made `conn` its agent (or the operator), as its calls are stamped and its asks record it: the
+    operator token's id, the credential's listing, the uid mapping, or the anonymous rule with the gateway
+    token's id."""
     if conn.operator:
-        return ""
+        return f"{_OPERATOR}{token_id(conn.proved_operator)}"
     if conn.presented:
         return f"{_LISTED}{conn.agent}"
     if conn.other_account:
         return f"{_UID}{conn.peer_uid}>{conn.agent}"
-    return f"{_ANONYMOUS}{conn.agent}"
+    return f"{_ANONYMOUS}{conn.agent}@{token_id(conn.proved_token)}"
 
 
-def proof_holds(key: str, config: Config) -> bool:
-    """Whether the proof `key` still makes its agent under `config`, decided as `principal_now` does."""
+def proof_holds(key: str, config: Config, tokens: GatewayTokens | None = None) -> bool:
+    """Whether the proof `key` still makes its agent under `config` and the token files now (`tokens`:
+    None, no token-made proof holds), decided as `principal_now` does. An `anonymous>main` journaled
+    before proofs named their token (no `@`) names no token: it does not hold."""
     if key.startswith(_UID):
         uid, _, agent = key[len(_UID) :].partition(">")
         return uid.isdigit() and config.agent_for_uid(int(uid)) == agent
     if key.startswith(_LISTED):
         return config.admits(key[len(_LISTED) :])
     if key.startswith(_ANONYMOUS):
-        return key[len(_ANONYMOUS) :] == principals.MAIN_AGENT and config.gateway.anonymous != "none"
+        agent, at, made = key[len(_ANONYMOUS) :].partition("@")
+        return (
+            agent == principals.MAIN_AGENT
+            and config.gateway.anonymous != "none"
+            and bool(at and made)
+            and tokens is not None
+            and tokens.gateway.id() == made
+        )
+    if key.startswith(_OPERATOR):
+        made = key[len(_OPERATOR) :]
+        return bool(made) and tokens is not None and tokens.operator.id() == made
     return False
+
+
+def removed_credentials(state_dir: Path, named: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (agent, credential id) pairs in `named` whose credential is no longer the agent's on disk
+    (removed or re-minted by hand): reads the credential files (blocking: call it off the loop)."""
+    return [
+        (agent, credential)
+        for agent, credential in named
+        if not (principals.valid_name(agent) and principals.still_holds(state_dir, agent, credential))
+    ]

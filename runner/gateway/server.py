@@ -42,7 +42,7 @@ from runner.gateway import handshake, limits, procvisible
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
-from runner.gateway.liveprincipal import principal_now, proof_holds, stale
+from runner.gateway.liveprincipal import principal_now, proof_holds, removed_credentials, stale
 from runner.gateway.services import Services
 from runner.gateway.tokenfiles import GatewayTokens
 
@@ -51,6 +51,7 @@ log = logging.getLogger("exechost.gateway")
 MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
 MAX_BAD_FRAMES = 8
 SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is still its own
+FILES_EVERY_S = 1.0  # how often the token files and the config are looked at with nothing else to look
 DRAIN_S = 1.0  # how long a client that is being cut off may keep sending before the close
 
 
@@ -96,11 +97,12 @@ class GatewayServer:
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
         self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._rechecks: set[asyncio.Task[list[str]]] = set()  # re-decisions a config change started
+        self._rechecks: set[asyncio.Task[Any]] = set()  # re-decisions a change started (and their drops)
         self.started_at = time.time()
         self.connections: set[Connection] = set()
         self._socket_ino: int | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._files_watch: asyncio.Task[None] | None = None
         # The agents' socket ([gateway] agentSocket): other Unix accounts, admitted by group, mapped by uid.
         self._agents_server: asyncio.AbstractServer | None = None
         self.agents_socket_path: Path | None = None
@@ -156,7 +158,9 @@ class GatewayServer:
             self._tokens_seen = self._tokens.generation()
             # A stamped proof is decided again at each point of use against the config now (liveprincipal),
             # the restored asks' included.
-            self.services.approvals.generations.holds = lambda key: proof_holds(key, self.services.config())
+            self.services.approvals.generations.holds = lambda key: proof_holds(
+                key, self.services.config(), self._tokens
+            )
             await self.services.start()
             # what this gateway's views hide because its config names it, hidden in every other's too
             exec_host.config_secrets(self.services.config())
@@ -185,6 +189,7 @@ class GatewayServer:
             self._release_lock()
             raise
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_socket())
+        self._files_watch = asyncio.get_running_loop().create_task(self._watch_files())
         self.services.adopt_in_background()  # listening first: the kept sessions follow (issue 37)
         self.started_at = time.time()
         log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
@@ -256,8 +261,9 @@ class GatewayServer:
             return
         server, self._server = self._server, None
         server.close()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+        for watch in (self._watchdog, self._files_watch):
+            if watch is not None:
+                watch.cancel()
         with contextlib.suppress(OSError):
             if os.lstat(self.socket_path).st_ino == self._socket_ino:  # never remove a successor's socket
                 os.unlink(self.socket_path)
@@ -417,25 +423,73 @@ class GatewayServer:
         account, `anonymous = "none"`) are ended first: those asks are settled as denied, and what was
         approved under them never starts (engine.approvals.generations)."""
         config = self.services.config()
-        self.services.approvals.end_proofs(lambda key: proof_holds(key, config))
+        tokens = self._tokens
+        self.services.approvals.end_proofs(lambda key: proof_holds(key, config, tokens))
         conns = list(self.connections)
-        gone = await asyncio.to_thread(stale, conns, config, self.state_dir, self._tokens)
+        gone = await asyncio.to_thread(stale, conns, config, self.state_dir, tokens)
         # A credential no longer on disk as presented (removed or re-minted by hand) ends as a rotation
-        # ends it: what was asked with it is settled, its runs in flight ask and reach out no more.
-        ended = {(conn.credential, conn.presented) for conn in gone if conn.credential and conn.presented}
-        for agent, presented in ended:
-            self.services.approvals.revoke_credential(agent, principals.credential_id(presented))
+        # ends it: what was asked with it is settled, its runs in flight ask and reach out no more. Every
+        # credential a pending ask names is compared with the files, not only the live connections': an
+        # agent that asked and hung up is ended all the same.
+        ended = {
+            (conn.credential, principals.credential_id(conn.presented))
+            for conn in gone
+            if conn.credential and conn.presented
+        }
+        named = self.services.approvals.credentials_named()
+        ended |= set(await asyncio.to_thread(removed_credentials, self.state_dir, named - ended))
+        for agent, credential in ended:
+            self.services.approvals.revoke_credential(agent, credential)
         await self._drop(gone)
         return [conn.agent for conn in gone]
 
-    def _still_configured(self, conn: Connection) -> bool:
+    def listeners(self) -> list[Connection]:
+        """The live connections an event may go to now: the token files and the config are looked at
+        (three stats), and a connection no longer who it was (a replaced token, `anonymous = "none"`)
+        hears nothing more; it is dropped here, before the recheck that change started gets to it. So an
+        idle cut-off connection is not sent the next session output (fresh round 16 b)."""
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:  # (events are sent on the loop; a look from elsewhere only reads)
+            return list(self.connections)
+        live = self.services.live_config
+        live.get()
+        tokens = self._tokens_now()
+        heard: list[Connection] = []
+        cut: list[Connection] = []
+        for conn in self.connections:
+            (heard if self._still_configured(conn, tokens) else cut).append(conn)
+        if cut:
+            self._cut(cut)
+            task = asyncio.get_running_loop().create_task(_finish(cut))
+            self._rechecks.add(task)  # (kept referenced until done)
+            task.add_done_callback(self._rechecks.discard)
+        return heard
+
+    async def _watch_files(self) -> None:
+        """The token files and the config looked at every second on their own (two or three stats): a
+        change re-decides every live connection and ends the proofs it cut off (their asks, their runs'
+        egress) with nobody connecting or sending a request."""
+        while True:
+            await asyncio.sleep(FILES_EVERY_S)
+            with contextlib.suppress(Exception):  # (a broken edit: LiveConfig keeps the last good one)
+                self.services.live_config.get()
+            self._tokens_now()
+
+    def _still_configured(self, conn: Connection, tokens: int | None = None) -> bool:
         """Before a request is acted upon: when the config or the gateway or operator token changed since
         this connection's principal was decided, decide those parts again (the uid mapping, `anonymous`,
         the tokens it proved) on the loop, so the request that made the gateway reload its config is not
-        acted upon under the old one either, nor a request on a replaced token."""
+        acted upon under the old one either, nor a request on a replaced token. `tokens`: the tokens'
+        generation already looked at now."""
         live = self.services.live_config
         config = live.get()
-        tokens = self._tokens_now() if not conn.other_account else conn.tokens_generation
+        if conn.other_account:
+            tokens = conn.tokens_generation
+        elif tokens is None:
+            tokens = self._tokens_now()
         if conn.config_generation == live.generation and conn.tokens_generation == tokens:
             return True
         now = principal_now(conn, config, self.state_dir, credentials=False, tokens=self._tokens)
@@ -528,11 +582,14 @@ class GatewayServer:
         return token, len(conns)
 
     async def _drop(self, conns: list[Connection]) -> None:
+        self._cut(conns)
+        await _finish(conns)
+
+    def _cut(self, conns: list[Connection]) -> None:
         for conn in conns:
             conn.stop_reading()
             self.connections.discard(conn)
             conn.send(ErrorFrame(code="auth", message="agent credential revoked or no longer this agent's"))
-        await asyncio.gather(*(conn.finish() for conn in conns))
 
     async def _serve(self, conn: Connection, frames: limits.FrameReader) -> None:
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -639,6 +696,10 @@ class GatewayServer:
         else:
             response = Response(id=req.id, ok=True, result=result)
         conn.send(response)
+
+
+async def _finish(conns: list[Connection]) -> None:
+    await asyncio.gather(*(conn.finish() for conn in conns))
 
 
 async def _drain_input(reader: asyncio.StreamReader) -> None:

@@ -57,6 +57,8 @@ class Host(Protocol):
     @property
     def connections(self) -> Collection[Connection]: ...
 
+    def listeners(self) -> list[Connection]: ...
+
     def request_stop(self) -> None: ...
 
     async def recheck(self) -> list[str]: ...
@@ -83,7 +85,8 @@ class Services:
     ) -> None:
         self.state_dir = state_dir
         self.server = server
-        self.fanout = Broadcaster(lambda: server.connections if server is not None else ())
+        # the live connections still who they were: a cut-off one hears nothing (GatewayServer.listeners)
+        self.fanout = Broadcaster(lambda: server.listeners() if server is not None else ())
         # Resolved once: the daemon's environment does not change, and every call reads the config.
         path = Path(config_path) if config_path else config_file_path()
         self.live_config = LiveConfig(path, on_error=self.fanout.config_error)

@@ -9,7 +9,15 @@ import os
 import threading
 from pathlib import Path
 
+from engine import principals
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, TOKEN_NAME, read_token, token_path
+
+
+def token_id(token: str) -> str:
+    """Which gateway or operator token made a proof (runner.gateway.liveprincipal): a digest, as
+    principals.credential_id, never the token; 64 bits, as a replacing token is random (nobody chooses it
+    to share the old one's id)."""
+    return principals.credential_id(token)[:16]
 
 
 class TokenFile:
@@ -42,6 +50,11 @@ class TokenFile:
                 self._token = token
                 self._key = key
             return self._token
+
+    def id(self) -> str:
+        """The id of the token the file holds now ("" when none): what a proof it made names."""
+        token = self.current()
+        return token_id(token) if token else ""
 
     def matches(self, presented: str) -> bool:
         """Whether `presented` is the token the file holds now (constant time; nothing matches no token)."""

@@ -51,3 +51,39 @@ async def test_a_restored_ask_keeps_its_proof_for_a_later_config_change(
         assert server.services.approvals.get(ask).decision == "deny"
         await operator.close()
     assert not proof.exists()
+
+
+async def test_a_restored_ask_whose_gateway_token_was_replaced_meanwhile_is_denied(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Its proof names the gateway token that made it (`anonymous>main@<id>`): replacing a leaked
+    gateway.json while no gateway runs ends it, as `anonymous = "none"` does (fix16tokproof)."""
+    from tests.attacks.test_fresh_round16_b import _replace_gateway_token
+
+    proof = tmp_path / "ran"
+    ask = await _ask_and_stop(state_dir, proof)
+    _replace_gateway_token(state_dir)
+    async with gateway(state_dir) as server:
+        assert ask not in [r.id for r in server.services.approvals.pending()]
+        assert server.services.approvals.get(ask).decision == "deny"
+    assert not proof.exists()
+
+
+async def test_a_journaled_proof_naming_no_token_holds_nothing(state_dir: Path, tmp_path: Path) -> None:
+    """An `anonymous>main` journaled before proofs named their token: it cannot be decided by the token
+    that made it, so the restored ask is denied (the operator asks for the call again if it is wanted)."""
+    import re
+
+    from engine.approvals.durable import PENDING_NAME
+
+    proof = tmp_path / "ran"
+    ask = await _ask_and_stop(state_dir, proof)
+    journal = state_dir / f"{PENDING_NAME}.journal"  # (the ask as the journal appended it)
+    text = journal.read_text()
+    old, n = re.subn(r"anonymous>main@[0-9a-f]+", "anonymous>main", text)
+    assert n
+    journal.write_text(old)
+    async with gateway(state_dir) as server:
+        assert ask not in [r.id for r in server.services.approvals.pending()]
+        assert server.services.approvals.get(ask).decision == "deny"
+    assert not proof.exists()

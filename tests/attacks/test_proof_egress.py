@@ -10,11 +10,16 @@ import asyncio
 from pathlib import Path
 
 from engine.commands import hostnet
+from engine.protocol.frames import read_token
+from runner.gateway.tokenfiles import token_id
 from tests.attacks.test_revoke_egress import _asks, _config, _status, _tunnel
 from tests.helpers.egress import host_forwarder, origin
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
-ANONYMOUS = "anonymous>main"  # runner.gateway.liveprincipal.proof_key of the gateway token alone
+
+def _anonymous(state_dir: Path) -> str:
+    """runner.gateway.liveprincipal.proof_key of the gateway token alone: it names that very token."""
+    return f"anonymous>main@{token_id(read_token(state_dir) or '')}"
 
 
 async def test_a_proofs_cut_reaches_its_host_runs_listener_ask_and_tunnel_only(state_dir: Path) -> None:
@@ -34,7 +39,8 @@ async def test_a_proofs_cut_reaches_its_host_runs_listener_ask_and_tunnel_only(s
             async with gateway(state_dir) as server:
                 egress, owner = server.services.egress, server.services.approvals.generations
                 # As a call of the gateway token alone is taken up (handlers/exec.py), and a credential's.
-                anonymous = hostnet.Authority(0, ANONYMOUS, owner.proof(ANONYMOUS, "main"))
+                proof = _anonymous(state_dir)
+                anonymous = hostnet.Authority(0, proof, owner.proof(proof, "main"))
                 ways = [await asyncio.to_thread(egress.host_runs, "main", a) for a in (anonymous, None)]
                 assert ways[0] is not None and ways[1] is not None and ways[0].socket != ways[1].socket
                 operator = await connect(state_dir)

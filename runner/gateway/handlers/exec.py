@@ -12,7 +12,7 @@ from engine.protocol.methods import EventName
 from engine.protocol.requests import ExecRequest
 from engine.tools.exec import ExecContext
 from runner.gateway.handlers.common import agent_id, check_sandbox_tool, session_key
-from runner.gateway.liveprincipal import proof_key
+from runner.gateway.liveprincipal import OPERATOR_PRINCIPAL, proof_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -50,11 +50,14 @@ async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict
     # generations): a spawn, a sandbox's egress listener, the host runs' namespace, an ask. With it, the
     # proof that made this connection the agent when not a credential (a uid mapping, the gateway token
     # alone): a config change that cuts it off ends what this call asked, as a revoke would.
+    # The operator's call is stamped too, as the operator (no agent's generation: no agent's revoke ends
+    # it) under the proof of the operator token it presented: replacing operator.json ends what it set
+    # going (its host runs' egress: hostnet `_operator`), as a rotation ends a credential's.
     owner = services.approvals.generations
-    stamp = None
-    if ctx.generation is not None:
-        proof = proof_key(conn)
-        stamp = Stamp(agent, ctx.generation, owner, proof, owner.proof(proof, agent) if proof else 0)
+    proof = proof_key(conn)
+    whose = OPERATOR_PRINCIPAL if conn.operator else agent
+    generation = owner.current(whose) if ctx.generation is None else ctx.generation
+    stamp = Stamp(whose, generation, owner, proof, owner.proof(proof, whose) if proof else 0)
     token = generations.authorize(stamp)
     try:
         result = await services.exec_tool.run(req, ctx)
