@@ -225,10 +225,10 @@ class StateDirRefusedError(Exception):
     sits where others write (whoever made it chose what is in it)."""
 
 
-# What the operator writes in a state dir before its first start: all an unrecorded one may hold. An
-# allow-list, not a list of what a gateway makes: any other name (a helper, an override, a socket, a
-# token) is content someone else may have chosen (fresh round 16 a).
-OPERATOR_MADE = frozenset({"config.toml"})
+# What the operator writes in a state dir before its first start (its config, its allowlist): all an
+# unrecorded one may hold. An allow-list, not a list of what a gateway makes: any other name (a helper, an
+# override, a socket, a token) is content someone else may have chosen (fresh round 16 a).
+OPERATOR_MADE = frozenset({"config.toml", "exec-approvals.json", "exec-approvals.json.lock"})
 
 
 def claim(home: str, state: str) -> None:
