@@ -260,6 +260,8 @@ def judge(state: str, *, uid: int | None = None) -> str:
         st = os.stat(real)
     except FileNotFoundError:
         st = None
+    except OSError as exc:
+        return f"{real} cannot be judged ({exc.strerror})"
     if st is not None:
         if not stat.S_ISDIR(st.st_mode):
             return f"{real} is not a directory"
@@ -275,6 +277,8 @@ def judge(state: str, *, uid: int | None = None) -> str:
         except FileNotFoundError:
             here = parent
             continue
+        except OSError as exc:
+            return f"{parent} cannot be judged ({exc.strerror})"
         why = _writers(parent, pst, me)
         if why and pst.st_mode & stat.S_ISVTX and pst.st_uid in (0, me):
             # sticky: only the entry's owner renames it; the entry on the way must be ours (or root's)
