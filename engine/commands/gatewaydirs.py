@@ -24,9 +24,11 @@ node's login key and agent socket (`h-` entries, hidden with an empty file) and 
 dirs (`c-` entries, covered whole), the set engine.tools.exec_host.config_secrets gives its own views;
 every view hides the union, so a second gateway's node key outside the home is no host run's.
 
-A state dir outside the home is trusted only when a gateway of this account recorded it or it is made
-now (adopt): a host run cannot write the home, so it cannot forge a record, and a state dir it planted
-(holding an operator.json of its choosing) is refused at start instead of adopted (fresh round 15 b).
+A state dir is judged by who may write it (adopt, fresh round 16 a), as ssh's StrictModes judges: no
+other account may write it or a dir above it. An existing one is trusted only when a gateway of this
+account recorded it (a host run cannot write the home, so it cannot forge a record) or it holds nothing
+but the operator's config and sits in no dir others may write: a state dir a host run planted (a helper,
+an override, a socket, a token of its choosing) is refused at start instead of adopted (fresh round 15 b).
 """
 
 from __future__ import annotations
@@ -46,17 +48,6 @@ HIDDEN_PREFIX = "h-"  # a file a gateway's config names (a node's key, an agent 
 COVERED_PREFIX = "c-"  # a dir of the engine's client keys a gateway uses: covered
 _PREFIXES = (ROOT_PREFIX, HIDDEN_PREFIX, COVERED_PREFIX)
 TRUST_ENV = "EXECHOST_TRUST_STATE_DIR"  # the operator's word: adopt this unrecorded state dir
-# What a gateway makes in its state dir and trusts when it finds it: a dir holding one is a gateway's
-GATEWAY_MADE = (
-    "gateway.json",
-    "operator.json",
-    "gateway-key.pem",
-    "gateway.pid",
-    "exec-grants.json",
-    "pending-approvals.json",
-    "node-revocations.json",
-    "agents",
-)
 _Read = dict[str, tuple[str, ...]]
 _cache: dict[str, tuple[tuple[int, int, int], _Read]] = {}
 _judged: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
@@ -229,8 +220,15 @@ def _judge_secrets(
 
 
 class StateDirRefusedError(Exception):
-    """An existing state dir outside the home that no gateway of this account recorded, holding a
-    gateway's files: whoever made it chose its tokens."""
+    """A state dir this service may not trust: another account may write it or a dir above it, or it is
+    an existing one no gateway of this account recorded that holds more than the operator's config, or
+    sits where others write (whoever made it chose what is in it)."""
+
+
+# What the operator writes in a state dir before its first start (its config, its allowlist): all an
+# unrecorded one may hold. An allow-list, not a list of what a gateway makes: any other name (a helper, an
+# override, a socket, a token) is content someone else may have chosen (fresh round 16 a).
+OPERATOR_MADE = frozenset({"config.toml", "exec-approvals.json", "exec-approvals.json.lock"})
 
 
 def claim(home: str, state: str) -> None:
@@ -240,27 +238,102 @@ def claim(home: str, state: str) -> None:
         adopt(home, state, {})
 
 
+def _writers(path: str, st: os.stat_result, uid: int) -> str:
+    """Why another account may change `path` ("" when none may): as ssh's StrictModes judges."""
+    if st.st_uid not in (0, uid):
+        return f"{path} is owned by uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def judge(state: str, *, uid: int | None = None) -> str:
+    """Why `state` cannot be this service's (resolved): "" when no other account may write it or any dir
+    above it. The dir itself (when present) is owned by `uid` with no group/other write; every dir above
+    is owned by root or `uid` and not group/other writable, except a sticky world-writable one (/tmp)
+    whose entry on the way is owned by root or `uid` and not group/other writable (the sticky bit keeps
+    every other account from renaming or replacing that entry). Links are resolved first, so no link on
+    the way is another's."""
+    me = os.geteuid() if uid is None else uid
+    real = os.path.realpath(state)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return f"{real} cannot be judged ({exc.strerror})"
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{real} is not a directory"
+        if st.st_uid != me:
+            return f"{real} is owned by uid {st.st_uid}, not this account's ({me})"
+        if st.st_mode & 0o022:
+            return f"{real} is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    here = real
+    while here != os.sep:
+        parent = os.path.dirname(here)
+        try:
+            pst = os.stat(parent)
+        except FileNotFoundError:
+            here = parent
+            continue
+        except OSError as exc:
+            return f"{parent} cannot be judged ({exc.strerror})"
+        why = _writers(parent, pst, me)
+        if why and pst.st_mode & stat.S_ISVTX and pst.st_uid in (0, me):
+            # sticky: only the entry's owner renames it; the entry on the way must be ours (or root's)
+            try:
+                est = os.stat(here)
+            except FileNotFoundError:
+                est = None
+            why = "" if est is None or not _writers(here, est, me) else why
+        if why:
+            return why
+        here = parent
+    return ""
+
+
 def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
-    """Trust `state` as this service's state dir, recording it before anything is written in it: one in
-    the home (no host run writes there), one recorded by a gateway of this account, a new one or one
-    holding no gateway's file (nothing in it to trust), or the one the operator names in
-    $EXECHOST_TRUST_STATE_DIR. Otherwise StateDirRefusedError, naming the dir and what to do."""
+    """Trust `state` as this service's state dir, recording it before anything is written in it. First
+    by who may write it (judge): no other account may, it or any dir above. Then, for an existing dir no
+    gateway of this account recorded (this account's host runs write what it writes, the home's
+    hostWritable dirs too): it must hold nothing but the operator's config (OPERATOR_MADE) and not sit in
+    a dir others may write (a sticky one: whoever may write there may have made it). The operator may
+    name one in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv).
+    Otherwise StateDirRefusedError, naming the dir and why."""
     env = os.environ if environ is None else environ
     real = os.path.realpath(state)
-    if inside(real, os.path.realpath(home)) or real in recorded(home):
+    why = judge(real)
+    if why:
+        raise StateDirRefusedError(
+            f"{state}: another account may write this state dir ({why}): whoever may write it chooses its "
+            "tokens and the helpers this service runs. Use a state dir only this account (or root) may "
+            "write, in a dir only they may write"
+        )
+    trusted = env.get(TRUST_ENV, "")
+    # directly in the home: no host run writes there (the home is read-only in every view and no
+    # hostWritable dir may be the home, which holds the record); deeper, a hostWritable dir may hold it
+    direct = os.path.dirname(real) == os.path.realpath(home)
+    if direct or real in recorded(home) or (trusted and os.path.realpath(trusted) == real):
         record(home, state)
         return
     names: list[str] = []
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+    with contextlib.suppress(FileNotFoundError):
         names = os.listdir(real)
-    trusted = env.get(TRUST_ENV, "")
-    held = sorted(set(names) & set(GATEWAY_MADE))
-    if held and not (trusted and os.path.realpath(trusted) == real):
+        if os.stat(os.path.dirname(real)).st_mode & 0o022:
+            names.append("")  # present in a dir others may write: whoever may write there may have made it
+    held = sorted(set(names) - OPERATOR_MADE)
+    if held:
+        where = (
+            f"holds {', '.join(n for n in held[:6] if n)}{', ...' if len(held) > 6 else ''}"
+            if held != [""]
+            else f"is in {os.path.dirname(real)}, a dir others may write"
+        )
         raise StateDirRefusedError(
-            f"{state}: this state dir already holds a gateway's files ({', '.join(held)}) but no gateway "
-            f"of this account recorded it (in ~/{NAME}): whoever made it, a host command among them, chose "
-            "its tokens. Inspect it and remove it (a gateway makes it anew), or, if it is yours, start "
-            f"once with {TRUST_ENV}={state}"
+            f"{state}: this existing state dir {where}, and no gateway of this account recorded it "
+            f"(in ~/{NAME}): whoever made it, a host command among them, chose what is in it. Inspect "
+            f"it and remove it (a gateway makes it anew), or, if it is yours, start once with "
+            f"{TRUST_ENV}={state}"
         )
     record(home, state)
 

@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from engine import principals, statefs
+from engine import principals, statefs, unixsock
 from engine.protocol.daemonenv import daemon_env
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
     ErrorFrame,
     Event,
+    GatewayForeign,
     GatewayNotAnswering,
     GatewayUnavailable,
     ProtocolError,
@@ -176,6 +177,18 @@ class ControlClient:
             raise GatewayUnavailable(f"no gateway is listening on {path} ({exc.strerror})") from None
         except OSError as exc:
             raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+        # Asked of the kernel before any token leaves: the server is this account's (or root's), as the
+        # gateway asks of its clients and of its session host; another account's socket at this path
+        # (a state dir it may write) gets nothing. The agents' socket of another account's gateway is
+        # that account's by design and takes no token.
+        if not shared_socket(bool(role)):
+            peer = unixsock.peer_info(writer.get_extra_info("socket"))
+            if peer is None or peer.uid not in (0, os.geteuid()):
+                writer.close()
+                raise GatewayForeign(
+                    f"{path} is served by uid {peer.uid if peer else '?'}, not by this account's gateway "
+                    f"(uid {os.geteuid()}): no token is sent to it. Check who may write {path.parent}"
+                )
         try:
             secret = gateway_secret(state, token, operator=bool(role))
         except GatewayUnavailable:

@@ -52,6 +52,11 @@ class GatewayNotAnswering(GatewayUnavailable):
     overloaded): starting another would only fail on its lock, so the caller is told and may retry."""
 
 
+class GatewayForeign(GatewayNotAnswering):
+    """The control socket is served by another Unix account (SO_PEERCRED): not this account's gateway, so
+    no token is sent to it and none is started behind it (fresh round 16 a)."""
+
+
 class RemoteError(ExecHostError):
     """The gateway answered a request with `ok: false`; `code` is machine-readable, str() is the message."""
 

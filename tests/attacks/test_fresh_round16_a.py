@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from engine.commands.gatewaydirs import StateDirRefusedError
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from tests.attacks.harness import attempt
 from tests.helpers.gateway import FULL, REPO, connect, gateway, write_config
@@ -43,13 +44,6 @@ async def _wait_for(path: Path, rounds: int = 200) -> bytes | None:
     return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt refuses a planted state dir by a list of gateway-made names (GATEWAY_MADE), and "
-    "`sandbox-bin/` is not on it: a host run plants egress-forward with a stamp of forward.c's public "
-    "digest in the state dir gateway B will start on; B trusts the stamp (staticbuild.current) and its "
-    "netkeep execs the agent's file outside every view, as the gateway's account: B's operator token.",
-)
 async def test_class1_a_planted_egress_forwarder_runs_outside_the_view_of_a_gateway_not_started_yet(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -70,27 +64,24 @@ echo planted"""
     details = await attempt(state_dir, plant, config=FULL)
     assert "planted" in details["_text"], details["_text"]
 
-    # The operator starts gateway B there (nothing of a gateway's in it: adopted) and runs anything.
+    # The operator starts gateway B there and runs anything.
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
     write_config(future, FULL)
-    async with gateway(future):
-        client = await connect(future)
-        try:
-            await client.request("exec", {"command": "true"})
-        finally:
-            await client.close()
-        stolen = await _wait_for(loot)
+    try:
+        async with gateway(future):
+            client = await connect(future)
+            try:
+                await client.request("exec", {"command": "true"})
+            finally:
+                await client.close()
+            stolen = await _wait_for(loot)
+    except StateDirRefusedError:  # refused at start, nothing in it used: the defence
+        return
     token = read_token(future, OPERATOR_TOKEN_NAME)
     assert token, "gateway B made its operator token"
     assert stolen is None or token.encode() not in stolen, "B's operator token was the agent's"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `session-overrides.json` is not on adopt's list of gateway-made names (GATEWAY_MADE): a "
-    "host run plants `/exec security=full ask=off` on `agent:main` in the state dir gateway B will start "
-    "on, and B's allowlist is overridden for every call of main there (an unlisted command runs unasked).",
-)
 async def test_class4_a_planted_session_override_lifts_a_gateway_not_started_yets_allowlist(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,9 +95,10 @@ async def test_class4_a_planted_session_override_lifts_a_gateway_not_started_yet
     assert "planted" in details["_text"], details["_text"]
 
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
-    ran = await attempt(
-        future, "python3 -c \"print('UNLISTED' + '-RAN')\""
-    )  # B's config: allowlist, ask on-miss, nothing listed
+    try:  # B's config: allowlist, ask on-miss, nothing listed
+        ran = await attempt(future, "python3 -c \"print('UNLISTED' + '-RAN')\"")
+    except StateDirRefusedError:  # refused at start, the override never read: the defence
+        return
     assert "UNLISTED-RAN" not in ran["_text"], ran
 
 
@@ -125,13 +117,6 @@ def _as_agent(script: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt judges a state dir by what it holds, never by who may write it: one another account "
-    "made (a Unix-mapped agent's, in a shared dir) is adopted and kept its owner's (ensure_private_dir "
-    "leaves a foreign dir's mode), so after the start that account renames sandbox-bin/ aside, plants "
-    "egress-forward and its stamp, and the gateway's netkeep runs it as the gateway's account (root here).",
-)
 async def test_class1_a_state_dir_another_account_made_is_adopted_and_stays_that_accounts(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,10 +129,11 @@ async def test_class1_a_state_dir_another_account_made_is_adopted_and_stays_that
 
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
     write_config(future, FULL)
-    async with gateway(future):
-        digest = hashlib.sha256((REPO / "engine/sandbox/egress/forward.c").read_bytes()).hexdigest()[:16]
-        swap = _as_agent(
-            f"""set -e
+    try:
+        async with gateway(future):
+            digest = hashlib.sha256((REPO / "engine/sandbox/egress/forward.c").read_bytes()).hexdigest()[:16]
+            swap = _as_agent(
+                f"""set -e
 B={future}
 [ -e "$B/sandbox-bin" ] && mv "$B/sandbox-bin" "$B/.old-bin"
 mkdir "$B/sandbox-bin"
@@ -160,26 +146,22 @@ FWD
 chmod 755 "$B/sandbox-bin/egress-forward"
 echo {digest} > "$B/sandbox-bin/egress-forward.sha"
 echo swapped"""
-        )
-        assert "swapped" in swap.stdout, swap.stdout + swap.stderr
-        client = await connect(future)
-        try:
-            await client.request("exec", {"command": "true"})  # the operator's own first host run on B
-        finally:
-            await client.close()
-        await _wait_for(loot)
+            )
+            assert "swapped" in swap.stdout, swap.stdout + swap.stderr
+            client = await connect(future)
+            try:
+                await client.request("exec", {"command": "true"})  # the operator's own first host run on B
+            finally:
+                await client.close()
+            await _wait_for(loot)
+    except StateDirRefusedError:  # another account may write it: refused at start, the defence
+        return
     token = read_token(future, OPERATOR_TOKEN_NAME)
     assert token
     read = _as_agent(f"cat {loot} 2>/dev/null || true")
     assert token not in read.stdout, "gateway B's operator token was the other account's"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt trusts any state dir inside the home ('no host run writes there'), but a "
-    "`hostWritable` dir in the home is written by host runs: a run plants operator.json there with a token "
-    "of its choosing, and gateway B started on that dir uses it (B's operator role is the agent's).",
-)
 async def test_class1_a_state_dir_in_a_home_hostwritable_dir_is_adopted_with_a_planted_token(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,14 +241,6 @@ while True:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `holders/` is not on adopt's list of gateway-made names, and a gateway takes any socket "
-    "at holders/host.sock whose peer has its uid as its session host (a host run's has): a host run serves "
-    "one in the state dir gateway B will start on; B hands it every command's text and environment and the "
-    "run's fds, among them a directory of the host's mount namespace: `..` from it reads what every view "
-    "covers.",
-)
 async def test_class1_a_host_run_is_the_session_host_of_a_gateway_not_started_yet(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -289,14 +263,17 @@ async def test_class1_a_host_run_is_the_session_host_of_a_gateway_not_started_ye
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
     monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # B runs its sessions in its session host
     write_config(future, FULL)
-    async with gateway(future):
-        client = await connect(future)
-        try:
-            with contextlib.suppress(Exception):
-                await client.request("exec", {"command": "echo the-operators-own-command"})
-        finally:
-            await client.close()
-        got = await _wait_for(loot)
+    try:
+        async with gateway(future):
+            client = await connect(future)
+            try:
+                with contextlib.suppress(Exception):
+                    await client.request("exec", {"command": "echo the-operators-own-command"})
+            finally:
+                await client.close()
+            got = await _wait_for(loot)
+    except StateDirRefusedError:  # refused at start, its holders/ never dialled: the defence
+        return
     seen = json.loads(got) if got else {}
     assert a_token not in seen.get("stolen", ""), "A's operator token, covered in every view, was read"
     assert "the-operators-own-command" not in seen.get("command", ""), "B's command went to the agent"
@@ -415,8 +392,8 @@ async def test_class1_another_accounts_session_host_gets_no_command(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Held: the same fake session host served by a Unix-mapped agent's own account (in a state dir it
-    made, adopted as above) is refused by the peer's uid: the gateway runs its sessions as plain children
-    and hands the fake nothing of a command."""
+    made) is never handed a command: the state dir is refused at start (another account owns it), and a
+    gateway that did start would refuse the peer by its uid and run its sessions as plain children."""
     shared = _shared(state_dir)
     os.chmod(state_dir.parent, 0o755)
     future = shared / "exechost-b"
@@ -434,13 +411,16 @@ async def test_class1_another_accounts_session_host_gets_no_command(
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
         monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")
         write_config(future, FULL)
-        async with gateway(future):
-            client = await connect(future)
-            try:
-                result = await client.request("exec", {"command": "echo the-operators-own-command"})
-            finally:
-                await client.close()
-        assert "the-operators-own-command" in result["text"], result  # ran, as a plain child
+        try:
+            async with gateway(future):
+                client = await connect(future)
+                try:
+                    result = await client.request("exec", {"command": "echo the-operators-own-command"})
+                finally:
+                    await client.close()
+            assert "the-operators-own-command" in result["text"], result  # ran, as a plain child
+        except StateDirRefusedError:  # a state dir another account owns is refused at start (round 16 a)
+            pass
         assert not loot.exists(), loot.read_text()
     finally:
         fake.kill()
@@ -557,13 +537,6 @@ for name in ("gateway.json", "operator.json"):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt looks at a state dir's names once, then the gateway writes into a dir others may "
-    "still write: a host run's listener at gateway.sock (not a name adopt refuses) stalls the start's "
-    "stale-socket probe for its 1 s timeout, and the run writes operator.json meanwhile, after adopt's look: "
-    "gateway B's operator token is the agent's choice (a check of content, not of who may write the dir).",
-)
 async def test_class6_tokens_planted_after_adopts_look_are_the_gateways(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -712,7 +685,8 @@ echo planted"""
 FAKE_GATEWAY = r"""
 import os, socket, sys
 path, loot = sys.argv[1:3]
-os.rename(path, path + ".old")  # the gateway's own socket, renamed in a directory this account owns
+if os.path.lexists(path):
+    os.rename(path, path + ".old")  # the gateway's own socket, renamed in a directory this account owns
 srv = socket.socket(socket.AF_UNIX)
 srv.bind(path)
 os.chmod(path, 0o777)
@@ -733,13 +707,6 @@ with open(loot, "wb") as f:
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another uid"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: in a state dir another account made (adopted, kept that account's), that account puts a "
-    "socket of its own at gateway.sock, and the operator's client presents the operator token to it: "
-    "ControlClient never asks the kernel who the server is (the gateway checks its peers' uid; its clients "
-    "do not check the gateway's, as the gateway checks its session host's).",
-)
 async def test_class1_the_operators_client_hands_its_token_to_another_accounts_socket(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -753,23 +720,26 @@ async def test_class1_the_operators_client_hands_its_token_to_another_accounts_s
     assert made.returncode == 0, made.stderr
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
     write_config(future, FULL)
-    async with gateway(future):
-        token = read_token(future, OPERATOR_TOKEN_NAME)
-        fake = subprocess.Popen(
-            ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups", "/usr/bin/python3",
-             str(shared / "fakegw.py"), str(future / "gateway.sock"), str(loot)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
-        )  # fmt: skip
-        try:
-            ready = fake.stdout.readline().strip() if fake.stdout is not None else ""
-            assert ready == "ready", (ready, fake.stderr.read() if fake.stderr else "")
-            with contextlib.suppress(Exception):
-                client = await connect(future)  # the operator's console or CLI
-                await client.close()
-            fake.wait(timeout=10)
-        finally:
-            fake.kill()
-            fake.wait()
+    with contextlib.suppress(StateDirRefusedError):  # the gateway's own defence: refused at start
+        async with gateway(future):
+            pass
+    # Whether a gateway ran there or not, that account serves gateway.sock: the operator's client
+    fake = subprocess.Popen(
+        ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups", "/usr/bin/python3",
+         str(shared / "fakegw.py"), str(future / "gateway.sock"), str(loot)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
+    )  # fmt: skip
+    try:
+        ready = fake.stdout.readline().strip() if fake.stdout is not None else ""
+        assert ready == "ready", (ready, fake.stderr.read() if fake.stderr else "")
+        with contextlib.suppress(Exception):
+            client = await connect(future)  # the operator's console or CLI
+            await client.close()
+        await asyncio.to_thread(fake.wait, timeout=10)  # the loop runs on: a refused dial is closed
+    finally:
+        fake.kill()
+        fake.wait()
+    token = read_token(future, OPERATOR_TOKEN_NAME)
     assert token
     said = loot.read_bytes() if loot.exists() else b""
     assert token.encode() not in said, "the operator token went to another account's socket"

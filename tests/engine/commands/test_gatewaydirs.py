@@ -138,3 +138,41 @@ def test_each_gateways_config_secrets_are_every_views_to_hide(tmp_path: Path) ->
     assert str(other / "id") not in files and dirs == ()
     (keys / "id").unlink()  # present ones only
     assert str(keys / "id") not in gatewaydirs.others_secrets(str(home), str(state), [])[0]
+
+
+def test_a_state_dir_is_judged_by_who_may_write_it_and_above(tmp_path: Path) -> None:
+    """StrictModes: the dir itself this account's, no group/other write on it or above it, except a sticky
+    dir above an entry of ours; an unrecorded dir holds only the config, in no dir others may write."""
+    home = tmp_path / "h"
+    home.mkdir()
+    base = tmp_path / "base"
+    base.mkdir(mode=0o755)
+    os.chmod(base, 0o755)
+    assert gatewaydirs.judge(str(base / "new")) == ""
+    os.chmod(base, 0o775)  # its group may rename what is in it
+    assert "writable by its group" in gatewaydirs.judge(str(base / "new"))
+    with pytest.raises(gatewaydirs.StateDirRefusedError, match="another account may write"):
+        gatewaydirs.adopt(str(home), str(base / "new"), {gatewaydirs.TRUST_ENV: str(base / "new")})
+    os.chmod(base, 0o1777)  # sticky and shared, as /tmp: fine above an entry of ours...
+    ours = base / "ours"
+    ours.mkdir(mode=0o700)
+    assert gatewaydirs.judge(str(ours / "s")) == ""
+    os.chmod(ours, 0o777)  # ...that no one else may write
+    assert "writable by its group or by others" in gatewaydirs.judge(str(ours / "s"))
+    os.chmod(ours, 0o700)
+    # present directly in a shared dir, unrecorded: whoever may write there may have made it
+    with pytest.raises(gatewaydirs.StateDirRefusedError, match="a dir others may write"):
+        gatewaydirs.adopt(str(home), str(ours), {})
+    (ours / "s").mkdir(mode=0o700)
+    (ours / "s" / "session-overrides.json").write_text("{}")  # any name but the config: refused
+    with pytest.raises(gatewaydirs.StateDirRefusedError, match=r"holds session-overrides\.json"):
+        gatewaydirs.adopt(str(home), str(ours / "s"), {})
+    (ours / "s" / "session-overrides.json").unlink()
+    (ours / "s" / "config.toml").write_text("")
+    gatewaydirs.adopt(str(home), str(ours / "s"), {})
+    if os.geteuid() == 0:  # another account's dir, even in a tree of ours
+        other = base / "other"
+        other.mkdir(mode=0o700)
+        os.chown(other, 64016, 64016)
+        assert "owned by uid 64016" in gatewaydirs.judge(str(other))
+        assert "owned by uid 64016" in gatewaydirs.judge(str(other / "below"))
