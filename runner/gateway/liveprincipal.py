@@ -80,6 +80,12 @@ def proof_key(conn: Connection) -> str:
     return f"{_ANONYMOUS}{conn.agent}"
 
 
+def anonymous_proof(agent: str) -> str:
+    """The proof of a caller that is `agent` by the shared token alone (the gateway token, or the token of
+    exec-approvals.sock, which every process of the account reads too): held while `anonymous` gives it."""
+    return f"{_ANONYMOUS}{agent}"
+
+
 def proof_holds(key: str, config: Config) -> bool:
     """Whether the proof `key` still makes its agent under `config`, decided as `principal_now` does."""
     if key.startswith(_UID):
