@@ -17,6 +17,7 @@ from engine.approvals import generations as stamps
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
 from engine.approvals.generations import Generations
 from engine.approvals.grants import GrantLimits, new_grant_id
+from engine.approvals.schema import OPERATOR_PRINCIPAL
 from engine.errors import ExecHostError
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
@@ -43,6 +44,8 @@ MAX_PENDING = 256
 SHOWN_REQUESTERS = 8
 MAX_VIEW_BYTES = 768 * 1024  # one ask as shown (its view): a 1 MiB frame holds it and what wraps it
 HISTORY_SIZE = 500  # decided approvals remembered for `approvals.status|history` (commands ≤ 64 KiB each)
+# Who asked, when it was the operator (ApprovalRequest.asker): no proof key is this (they hold `>`).
+OPERATOR_ASKER = "operator"
 
 
 class ApprovalError(ExecHostError):
@@ -95,19 +98,32 @@ class ApprovalRequest:
     # Whose ask it is on a node shared by several gateways (ExecContext.owner: `<namespace><agent>`), ""
     # elsewhere: part of the question, so one gateway's human never answers another gateway's agent's ask.
     owner: str = ""
+    # The principal that asked (fresh round 16 b): `operator` (OPERATOR_ASKER) for the operator's calls,
+    # whatever agent they name, else the agent (its owner); "" on an ask from before it was kept. The
+    # agent above is whose *policy* decides; this is *who* asked: part of the requester's identity and the
+    # key of its share of pending asks, so the operator's call and an agent's identical call are never one
+    # requester. (The proof that made a caller its agent is the record's `proofs`, not this.)
+    asker: str = ""
 
     @property
     def principal(self) -> str:
-        """Whose ask it is for each per-agent count: its owner where it has one, else its agent."""
-        return self.owner or self.agent_id
+        """Whose share of pending asks this ask counts in: the operator's own (OPERATOR_PRINCIPAL) for the
+        operator's call, else its owner where it has one, else its agent."""
+        return share(self, self.asker)
 
     def question(self) -> ApprovalRequest:
-        """What makes two asks one question for the operator: everything but who asked (the session,
-        a node's own approval id). Asks equal here wait as one record; one decision answers them all."""
-        return replace(self, session_key="", node_approval_id=None)
+        """What makes two asks one question for the operator: everything but who asked (the principal,
+        the session, a node's own approval id). Asks equal here wait as one record; one decision answers
+        them all, each requester's run its own principal's."""
+        return replace(self, session_key="", node_approval_id=None, asker="")
+
+    def who(self) -> tuple[str, str, str | None]:
+        """This ask's requester: the principal that asked, its session, a node's own approval id."""
+        return (self.asker, self.session_key, self.node_approval_id)
 
     def requester(self) -> dict[str, Any]:
         return {
+            **({"principal": self.asker} if self.asker else {}),  # who asked (absent: nothing stamped)
             "sessionKey": self.session_key,
             "host": self.host,
             "nodeId": self.node_id,
@@ -147,6 +163,18 @@ class ApprovalRequest:
         }
 
 
+def share(request: ApprovalRequest, asker: str) -> str:
+    """The share of pending asks an ask by `asker` on `request` counts in: the operator's own, never
+    filled by an agent, else the agent's (its owner on a shared node)."""
+    return OPERATOR_PRINCIPAL if asker == OPERATOR_ASKER else request.owner or request.agent_id
+
+
+def who_of(entry: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """A requester entry's identity (ApprovalRequest.who); an entry from before principals were kept
+    has none ("")."""
+    return (str(entry.get("principal") or ""), entry.get("sessionKey") or "", entry.get("nodeApprovalId"))
+
+
 @dataclass
 class ApprovalRecord:
     id: str
@@ -156,7 +184,7 @@ class ApprovalRecord:
     decision: str | None = None
     resolved_by: str | None = None
     resolved_at_ms: int | None = None
-    consumed: set[tuple[str, str | None]] = field(default_factory=set)  # requesters whose run was taken
+    consumed: set[tuple[str, str, str | None]] = field(default_factory=set)  # requesters whose run was taken
     count: int = 1  # identical requests coalesced into this one
     # Who asked this question, one entry per coalesced ask (sessions, nodes): shown, and in the history.
     requesters: list[dict[str, Any]] = field(default_factory=list)
@@ -192,11 +220,18 @@ class ApprovalRecord:
     # settles the ask as a revoke would (ApprovalManager.end_proofs).
     proofs: dict[str, int] = field(default_factory=dict, compare=False, kw_only=True)
 
-    def slot(self, session_key: str | None, node_approval_id: str | None = None) -> dict[str, Any] | None:
+    def slot(
+        self, session_key: str | None, node_approval_id: str | None = None, asker: str | None = None
+    ) -> dict[str, Any] | None:
         """The joined requester's entry for this caller, or None for the first requester (whose resume
-        data and run are the record's own)."""
+        data and run are the record's own). `asker`: the principal that asked (ApprovalRequest.asker), so
+        two principals' calls from one session key are two requesters; None: any principal."""
+        if asker is not None and (asker, session_key or "", node_approval_id) == self.request.who():
+            return None
         for entry in self.joined:
-            if (entry.get("sessionKey"), entry.get("nodeApprovalId")) == (session_key, node_approval_id):
+            if (entry.get("sessionKey"), entry.get("nodeApprovalId")) != (session_key, node_approval_id):
+                continue
+            if asker is None or str(entry.get("principal") or "") == asker:
                 return entry
         return None
 
@@ -373,8 +408,10 @@ class ApprovalManager:
             existing = self._records.get(existing_id)
             if existing is not None and not existing.resolved:
                 existing.count += 1
-                who = (request.session_key, request.node_approval_id)
-                new = all((r["sessionKey"], r["nodeApprovalId"]) != who for r in existing.requesters)
+                # Who asked, with the principal: the operator's call and an agent's from the same session
+                # key (both sessionless) are two requesters, each shown, counted and run as its own.
+                who = request.who()
+                new = all(who_of(r) != who for r in existing.requesters)
                 if new:
                     self._check_room(request)  # a join is one more ask waiting
                     existing.generation = _oldest(existing.generation, generation)
@@ -382,10 +419,11 @@ class ApprovalManager:
                         kept = existing.proofs.get(proof, proof_generation)
                         existing.proofs[proof] = min(kept, proof_generation)
                     existing.requesters.append(request.requester())
-                    self._joined_one(existing)
+                    self._joined_one(request)
                     if resume is not None and existing.resume is not None:
                         existing.joined.append(
                             {
+                                **({"principal": request.asker} if request.asker else {}),
                                 "sessionKey": request.session_key,
                                 "nodeApprovalId": request.node_approval_id,
                                 "resume": resume,
@@ -489,29 +527,34 @@ class ApprovalManager:
                 del self._maybe_unsettled[record.id]
         return keep
 
+    @staticmethod
+    def _shares(record: ApprovalRecord) -> list[str]:
+        """The share each requester waiting on `record` counts in (one per requester; at least one)."""
+        request = record.request
+        return [share(request, who_of(r)[0]) for r in record.requesters] or [request.principal]
+
     def _opened(self, record: ApprovalRecord) -> None:
         self._open[record.id] = record
-        waiting = max(1, len(record.requesters))
-        agent = record.request.principal
-        self._open_per_agent[agent] = self._open_per_agent.get(agent, 0) + waiting
-        self._open_requesters += waiting
+        for key in self._shares(record):
+            self._open_per_agent[key] = self._open_per_agent.get(key, 0) + 1
+            self._open_requesters += 1
 
-    def _joined_one(self, record: ApprovalRecord) -> None:
-        agent = record.request.principal
-        self._open_per_agent[agent] = self._open_per_agent.get(agent, 0) + 1
+    def _joined_one(self, request: ApprovalRequest) -> None:
+        """One more requester (`request`'s principal) waits on a record already pending."""
+        key = request.principal
+        self._open_per_agent[key] = self._open_per_agent.get(key, 0) + 1
         self._open_requesters += 1
 
     def _closed(self, record: ApprovalRecord) -> None:
         if self._open.pop(record.id, None) is None:
             return
-        waiting = max(1, len(record.requesters))
-        self._open_requesters -= waiting
-        agent = record.request.principal
-        left = self._open_per_agent.get(agent, 0) - waiting
-        if left > 0:
-            self._open_per_agent[agent] = left
-        else:
-            self._open_per_agent.pop(agent, None)
+        for key in self._shares(record):
+            self._open_requesters -= 1
+            left = self._open_per_agent.get(key, 0) - 1
+            if left > 0:
+                self._open_per_agent[key] = left
+            else:
+                self._open_per_agent.pop(key, None)
 
     @staticmethod
     def _check_fits(request: ApprovalRequest) -> None:
@@ -529,13 +572,14 @@ class ApprovalManager:
             )
 
     def _check_room(self, request: ApprovalRequest) -> None:
-        """Room for one more of its principal's asks (on a shared node a gateway's agent's: `owner`)."""
-        agent_id = request.agent_id
+        """Room for one more of its principal's asks: the operator's own share, or the agent's (on a shared
+        node a gateway's agent's: `owner`). No agent's asks count in the operator's."""
         mine = self._open_per_agent.get(request.principal, 0)
         if mine >= self.max_per_agent:
+            whose = "the operator" if request.principal == OPERATOR_PRINCIPAL else f"agent {request.agent_id}"
             raise ApprovalError(
                 "APPROVAL_QUEUE_FULL",
-                f"exec denied: agent {agent_id} already has {mine} approvals waiting for the operator "
+                f"exec denied: {whose} already has {mine} approvals waiting for the operator "
                 f"(at most {self.max_per_agent}); wait for a decision before asking again",
             )
         if self._open_requesters >= self.max_total:
@@ -769,17 +813,23 @@ class ApprovalManager:
         self._notify("ran", record)
 
     def consume_allow_once(
-        self, record: ApprovalRecord, session_key: str | None = None, node_approval_id: str | None = None
+        self,
+        record: ApprovalRecord,
+        session_key: str | None = None,
+        node_approval_id: str | None = None,
+        asker: str | None = None,
     ) -> bool:
         """True once per requester of an allow-once decision: one approval answers every ask that waited
-        on it (another session's, another node approval's), each runs once, and nothing after that."""
+        on it (another session's, another node approval's, another principal's), each runs once, and
+        nothing after that. `asker`: the principal that asked (None: the record's first)."""
         if record.decision != "allow-once":
             return False
         who = (
+            record.request.asker if asker is None else asker,
             record.request.session_key if session_key is None else session_key,
             node_approval_id if session_key is not None else record.request.node_approval_id,
         )
-        asked = {(r["sessionKey"], r["nodeApprovalId"]) for r in record.requesters} or {who}
+        asked = {who_of(r) for r in record.requesters} or {who}
         if who not in asked or who in record.consumed:
             return False
         record.consumed.add(who)

@@ -17,6 +17,11 @@ DEFAULT_AGENT = "main"
 LEGACY_DEFAULT_AGENT = "default"
 WILDCARD_AGENT = "*"
 ALLOW_ALWAYS = ALLOW_ALWAYS_SOURCE
+# The key the operator's own allow-always entries are filed under (an ask of its exec naming no agent, whose
+# agent is its policy only): no agent id starts with `_` (principals.NAME_RE) and a shared node's owners hold
+# a `/`, so no agent's decision reads it (`agent()` never resolves to it); the operator's own calls do
+# (`operators_entries`). It also keys the operator's own share of pending asks (engine.approvals.pending).
+OPERATOR_PRINCIPAL = "_operator"
 
 SECURITY_VALUES = ("deny", "allowlist", "full")
 ASK_VALUES = ("off", "on-miss", "always")
@@ -206,6 +211,16 @@ class ApprovalsFile:
             AllowlistEntry(pattern=r.pattern, arg_pattern=r.arg_pattern, id=r.id, source=r.source)
             for r in self.agent(agent_id, owner).allowlist
             if r.arg_pattern_valid()
+        ]
+
+    def operators_entries(self) -> list[AllowlistEntry]:
+        """The operator's own allow-always entries (OPERATOR_PRINCIPAL): matched for the operator's calls
+        naming no agent, beside its policy agent's; never part of any agent's list."""
+        block = self.agents.get(OPERATOR_PRINCIPAL) or PolicyBlock()
+        return [
+            AllowlistEntry(pattern=r.pattern, arg_pattern=r.arg_pattern, id=r.id, source=r.source)
+            for r in block.allowlist
+            if r.source == ALLOW_ALWAYS and r.arg_pattern_valid()
         ]
 
     def find_entry(self, agent_id: str, entry_id: str) -> AllowlistRecord | None:

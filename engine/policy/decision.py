@@ -178,6 +178,8 @@ def evaluate(
     file_policy = approvals.agent(agent_id, owner) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None
     entries = approvals.entries(agent_id, owner) if approvals is not None else []
+    if operator and approvals is not None:  # the operator's own call: what it allowed itself, too
+        entries = [*entries, *approvals.operators_entries()]
     entries = [*entries, *grants]  # live grants (allow-always with limits) match after the file's entries
 
     analysis = analyze_command(command)

@@ -48,11 +48,13 @@ from engine.statefs import state_dir
 from engine.tools.decide import Decided, decide
 from engine.tools.exec_asks import (
     ask_request,
+    asker,
     denied_result,
     finished_text,
     pending_result,
     policy_now_denies,
     resume_data,
+    saved_under,
     waiting_data,
 )
 from engine.tools.exec_host import capped, host_outside
@@ -529,7 +531,7 @@ class ExecTool:
         if verdict is None:
             return None
         allowed, reason, command = verdict
-        slot = record.slot(ctx.session_key)
+        slot = record.slot(ctx.session_key, asker=asker(ctx))
         if not allowed:
             denied = denied_result(record, prepared, reason)
             # What it led to: a caller that reconnects reads it.
@@ -634,7 +636,7 @@ class ExecTool:
         assert today is not None
         approved = prepared.command_to_run(approved=True)
         if decision == "allow-once":
-            if not self.approvals.consume_allow_once(record, ctx.session_key, None):
+            if not self.approvals.consume_allow_once(record, ctx.session_key, None, asker(ctx)):
                 return None
             return True, "", approved
         if decision == "allow-always":
@@ -653,7 +655,7 @@ class ExecTool:
                         return True, "", approved
                     self.grants.ensure(
                         record.grant_id,
-                        ctx.owner,  # the gateway's agent's on a shared node, never every gateway's
+                        saved_under(ctx),  # the gateway's agent's on a shared node, never every gateway's
                         patterns,
                         prepared.command,
                         record.grant,
@@ -667,8 +669,9 @@ class ExecTool:
             elif patterns:
                 try:
                     # Under its owner (on a shared node, the gateway's namespace and agent): one gateway's
-                    # human's allow-always is never another gateway's agent's of that name.
-                    self.store.persist_allow_always(ctx.owner, patterns)
+                    # human's allow-always is never another gateway's agent's of that name; the operator's
+                    # own ask's under the operator's own key, which no agent's decision reads.
+                    self.store.persist_allow_always(saved_under(ctx), patterns)
                 except Exception as exc:
                     log.warning("could not persist allow-always patterns %s: %s", patterns, exc)
             return True, "", approved
@@ -706,7 +709,13 @@ class ExecTool:
             if result.details.get("status") == "running" and self._wait_session is not None:
                 sid = str(result.details.get("sessionId", ""))
                 result = await self._wait_session(sid, ctx.scope_key)
-                note_run(self.approvals, record, result, session_id=sid, slot=record.slot(ctx.session_key))
+                note_run(
+                    self.approvals,
+                    record,
+                    result,
+                    session_id=sid,
+                    slot=record.slot(ctx.session_key, asker=asker(ctx)),
+                )
                 result.details.setdefault("sessionId", sid)
             self._report(ctx, record, result)
         except asyncio.CancelledError:

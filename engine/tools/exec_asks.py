@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from engine.approvals import generations
-from engine.approvals.pending import ApprovalRecord, ApprovalRequest, env_hash
+from engine.approvals.pending import (
+    OPERATOR_ASKER,
+    OPERATOR_PRINCIPAL,
+    ApprovalRecord,
+    ApprovalRequest,
+    env_hash,
+)
 from engine.policy.decision import Decision
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolResult
@@ -56,7 +62,24 @@ def ask_request(prepared: Prepared, ctx: ExecContext, call: ExecRequest) -> Appr
         warnings=tuple(prepared.warnings),
         agent_reason=agent_reason(call.reason),
         owner=ctx.owner if ctx.namespace else "",
+        asker=asker(ctx),
     )
+
+
+def asker(ctx: ExecContext) -> str:
+    """The principal that asks (ApprovalRequest.asker): the operator for its calls, whatever agent they
+    name for policy; else the agent (its owner). Not the proof that made the caller the agent: two proofs
+    of one agent are one principal, whose repeat of its own ask is a repeat (a cut proof's caller is
+    dropped, and its proof never lands on the other proof's ask: ApprovalRecord.proofs)."""
+    return OPERATOR_ASKER if ctx.operator else ctx.owner
+
+
+def saved_under(ctx: ExecContext) -> str:
+    """The key an allow-always (its allowlist entry or its grant) of this call's ask is filed under: the
+    operator's own (OPERATOR_PRINCIPAL) for the operator's call naming no agent, whose agent is its policy
+    only, so no agent's decision ever reads what the operator allowed itself; else the call's owner (the
+    agent, or the operator acting for the agent it named)."""
+    return OPERATOR_PRINCIPAL if ctx.operators_own else ctx.owner
 
 
 def resume_data(prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> dict[str, Any]:

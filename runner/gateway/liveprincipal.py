@@ -89,6 +89,13 @@ def proof_key(conn: Connection) -> str:
     return f"{_ANONYMOUS}{conn.agent}@{token_id(conn.proved_token)}"
 
 
+def anonymous_proof(agent: str, gateway_token: str) -> str:
+    """The proof of a caller that is `agent` by a shared token alone (the gateway token, or the token of
+    exec-approvals.sock, which every process of the account reads too): held while `anonymous` gives it
+    and the gateway token is `gateway_token` (the shared-token principal's one secret of the gateway's)."""
+    return f"{_ANONYMOUS}{agent}@{token_id(gateway_token)}"
+
+
 def proof_holds(key: str, config: Config, tokens: GatewayTokens | None = None) -> bool:
     """Whether the proof `key` still makes its agent under `config` and the token files now (`tokens`:
     None, no token-made proof holds), decided as `principal_now` does. An `anonymous>main` journaled

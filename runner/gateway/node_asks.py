@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals import generations as stamps
-from engine.approvals.pending import REVOKED, ApprovalError, ApprovalRequest, env_hash
+from engine.approvals.pending import OPERATOR_ASKER, REVOKED, ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from runner.gateway import node_limits as limits
 from runner.gateway.node_runs import NodeRun
@@ -109,6 +109,8 @@ async def relay_approval(
         warnings=tuple(warnings),
         agent_reason=limits.optional(view.get("agentReason"), limits.REASON_CHARS),
         egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
+        # Who asked: the operator for its run (its own share of pending asks), else the run's agent.
+        asker=OPERATOR_ASKER if run.operator else run.agent_id,
     )
     while True:
         # Filed under the proof of the call that started the run (its stamp), never under the context this
@@ -128,7 +130,7 @@ async def relay_approval(
         run.asked.set()
         decision = await manager.wait(record)
         if decision == "allow-once" and not manager.consume_allow_once(
-            record, request.session_key, request.node_approval_id
+            record, request.session_key, request.node_approval_id, request.asker
         ):
             continue  # one approval, one run: this ask needs its own
         answer: dict[str, Any] = {

@@ -139,6 +139,11 @@ class GatewayServer:
             raise GatewayBusy(f"another gateway is answering on {path}")
         os.unlink(path)
 
+    @property
+    def tokens(self) -> GatewayTokens:
+        """The gateway's and the operator's tokens as their files hold them now (tokenfiles)."""
+        return self._tokens
+
     async def start(self) -> None:
         refused = hostoutside.home_refused()
         if refused is not None:

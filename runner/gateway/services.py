@@ -48,6 +48,7 @@ from runner.gateway.output import OutputFanout
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
+    from runner.gateway.tokenfiles import GatewayTokens
 
 
 class Host(Protocol):
@@ -58,6 +59,9 @@ class Host(Protocol):
     def connections(self) -> Collection[Connection]: ...
 
     def listeners(self) -> list[Connection]: ...
+
+    @property
+    def tokens(self) -> GatewayTokens: ...
 
     def request_stop(self) -> None: ...
 

@@ -172,13 +172,6 @@ async def test_class7_a_restored_anonymous_runs_egress_outlives_its_proofs_cut(
         assert "origin says hello" not in two.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an exec-approvals.sock ask relayed by the console (`approvals.relay`, the operator's "
-    'connection) is the anonymous principal\'s (agent main, or nobody under `anonymous = "none"`) but is '
-    'filed with no proof (the operator\'s call is unstamped): `anonymous = "none"` does not settle it, and '
-    "the operator's allow-always then saves main's allowlist entry, so main's later exec runs unasked.",
-)
 async def test_class1_a_relayed_socket_ask_outlives_anonymous_none_and_allows_main(state_dir: Path) -> None:
     import asyncio
 
@@ -268,13 +261,6 @@ async def test_class1_a_replaced_operator_tokens_run_keeps_its_egress(state_dir:
     assert "origin says hello" not in two.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own exec (naming no agent) is the operator's ask (marked `operator`, shown "
-    "to no agent), but its allow-always is saved under `ExecContext.owner`, the agent named for policy "
-    "(main): agent main then runs that command unasked. Its egress allow-always goes to `_operator`; "
-    "a command's allowlist entry is keyed by whose policy applies, not by who ran.",
-)
 async def test_class2_the_operators_own_allow_always_is_agent_mains(state_dir: Path) -> None:
     work = _config(state_dir)
     marker = work / "ran"
@@ -301,14 +287,6 @@ async def test_class2_the_operators_own_allow_always_is_agent_mains(state_dir: P
     assert not marker.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an ask's requester is (sessionKey, nodeApprovalId), and the operator's own sessionless "
-    "call and every agent's sessionless call are both (\"\", None): agent main's identical call is taken "
-    "for a repeat of the operator's own ask, not a new requester, so the operator is shown an ask of its own "
-    "(marked `operator`, one requester) while main's call waits on it and runs on its yes (here "
-    "allow-always; a deny hands main the operator's reason).",
-)
 async def test_class2_agent_main_hides_behind_the_operators_own_ask(state_dir: Path) -> None:
     import asyncio
 
@@ -401,13 +379,6 @@ async def test_class7_a_crash_inside_a_live_revoke_leaves_the_agents_run_running
     assert gone, "ops's run, revoked, ran on after the restart"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own ask (an exec naming no agent) is counted in agent main's share of "
-    "pending asks (ApprovalRequest.principal is its owner or its agent, and the operator's call names main "
-    "for policy): main's 32 asks leave the operator's own exec refused (APPROVAL_QUEUE_FULL, \"agent main "
-    'already has 32 approvals waiting").',
-)
 async def test_class3_agent_mains_asks_fill_the_operators_own_share(state_dir: Path) -> None:
     from engine.approvals.pending import MAX_PENDING_PER_AGENT
     from engine.protocol.frames import RemoteError

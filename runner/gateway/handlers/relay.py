@@ -15,7 +15,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from engine import fairpool
+from engine.approvals import generations
 from engine.approvals.decisions import DECISIONS
+from engine.approvals.generations import Stamp
 from engine.approvals.pending import ApprovalError, ApprovalRequest
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
 from engine.errors import InvalidInput
@@ -23,6 +25,7 @@ from engine.policy.decision import evaluate
 from engine.protocol.requests import ApprovalsRelay
 from engine.results import ToolError
 from runner.gateway.handlers.common import require_operator
+from runner.gateway.liveprincipal import anonymous_proof
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -45,6 +48,8 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         session_key = frame_key(agent, req.session_key, "request") or ""
     except NotThisPrincipal as exc:
         raise InvalidInput(f"approvals.relay: {exc}") from None
+    # What proves the socket's client: a shared token alone, as the gateway token alone proves main
+    proof = anonymous_proof(agent, services.server.tokens.gateway.current() if services.server else "")
     cwd = req.cwd or ""
     offered = req.allowed_decisions
     allowed = tuple(d for d in DECISIONS if offered is None or d in offered)
@@ -84,14 +89,24 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
             "asked on exec-approvals.sock (an OpenClaw client runs the command itself)",
             *(req.warnings or ()),
         ),
+        asker=agent,  # the socket's principal asked, never the console that relays it (the operator)
     )
+    # Filed as the socket's principal with its proof, not as the relaying operator's unstamped call: a
+    # config that cuts the proof off (`anonymous = "none"`) or a revoke of the agent settles it
+    # (ApprovalManager.end_proofs), as it settles the same agent's ask made over the gateway token.
+    owner = services.approvals.generations
+    stamp = Stamp(agent, owner.current(agent), owner, proof, owner.proof(proof, agent))
+    authorized = generations.authorize(stamp)
     try:
-        record, _ = services.approvals.register(request, ttl)
+        record, _ = services.approvals.register(request, ttl, generation=stamp.generation)
     except ApprovalError as exc:
         raise ToolError(str(exc)) from None
+    finally:
+        generations.reset(authorized)
     answer = await services.approvals.wait(record)
     patterns = decision.allow_always_patterns
-    if answer == "allow-always" and patterns:
+    # Nothing is saved for a principal cut off (or revoked) since the yes: its ask is settled, not allowed.
+    if answer == "allow-always" and patterns and not record.revoked and not stamp.stale():
         try:
             if record.grant is not None:
                 if record.grant_id is not None:  # chosen with the decision: made once (GrantStore.ensure)

@@ -147,8 +147,11 @@ async def test_allow_always_persists_and_is_honoured_next_time(state_dir: Path) 
         d = (await client.request("exec", {"command": "echo always-1", "sessionKey": "s3"}))["details"]
         await client.request("approve", {"id": d["approvalSlug"], "decision": "always"})
         await wait_event(client, "s3", "Exec finished")
-        assert [r.pattern for r in store.agent("main").allowlist] == [ECHO]
-        assert store.agent("main").allowlist[0].source == "allow-always"
+        # The operator's own ask (its exec names no agent): saved under the operator's own key, which its
+        # later calls read and no agent's do (main's allowlist stays empty: fresh round 16 b).
+        own = store.snapshot().operators_entries()
+        assert [e.pattern for e in own] == [ECHO] and own[0].source == "allow-always"
+        assert store.agent("main").allowlist == []
         nxt = await client.request("exec", {"command": "echo always-2", "sessionKey": "s3"})
         assert nxt["details"]["status"] == "completed" and nxt["text"] == "always-2"
         await client.close()
