@@ -53,6 +53,7 @@ async def _live_and_unseen(client: Any, params: dict[str, Any], node: bool = Fal
     command, tag = _run_text()
     token, seconds = tag.split(b"\n")
     started = await client.request("exec", {"command": command, "background": True, **params})
+    assert "sessionId" in started["details"], started  # (what the run said instead, if it did not start)
     sid = started["details"]["sessionId"]
     try:
         sleep = b"sleep\0" + seconds + b"\0"
