@@ -67,13 +67,10 @@ def settle() -> list[str]:
         want = resource.RLIM_INFINITY if root else hard
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(which, (want, want))
-        now, _ = resource.getrlimit(which)
-        if now != resource.RLIM_INFINITY:
-            notes.append(
-                f"its {name} limit is held at {now} by whoever started it (a hard limit only root lifts)"
-            )
-        elif soft != resource.RLIM_INFINITY:
-            notes.append(f"its {name} limit, {soft} as started, lifted")
+        if soft != hard:  # lowered below its hard limit by whoever started it (a default soft is the hard)
+            now, _ = resource.getrlimit(which)
+            shown = "unlimited" if now == resource.RLIM_INFINITY else str(now)
+            notes.append(f"its {name} limit, {soft} as started, lifted to {shown}")
     return notes
 
 

@@ -422,7 +422,10 @@ def owned_roots(outside: Outside) -> frozenset[str]:
     """The agent's writable roots as the view binds them (resolved): each judged on the fds bwrap mounts
     (engine.commands.bindsource.by_fd: this account's, nothing above it another's to change), whatever
     was judged by name when they were listed (engine.commands.hostroots.trusted_writable)."""
-    return frozenset(os.path.realpath(os.path.expanduser(w)) for w in outside.writable)
+    try:
+        return frozenset(os.path.realpath(os.path.expanduser(w)) for w in outside.writable)
+    except OSError as exc:  # a run exchanged a directory on the way while its name was resolved
+        raise HostViewError(f"{exc.filename}: {exc.strerror} while the host view was made; refused") from None
 
 
 def own_view_by_fd(

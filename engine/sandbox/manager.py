@@ -545,9 +545,14 @@ class SandboxManager:
             log.warning("sandbox registry not updated: %s", task.exception())
 
     async def settle(self) -> None:
-        """Registry writes still on their way (tests, shutdown)."""
+        """Registry writes still on their way (tests, shutdown). Only this loop's: a write left by a loop
+        that is gone (one manager serves every test of a process) can be neither awaited nor finished
+        here, and its thread has ended with its own loop's executor."""
+        loop = asyncio.get_running_loop()
+        self._writes = {task for task in self._writes if task.get_loop() is loop}
         while self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
+            self._writes = {task for task in self._writes if task.get_loop() is loop and not task.done()}
 
     async def _setup(self, settings: SandboxSettings, lay: Layout) -> None:
         """setupCommand once after the first start; on failure the container goes, so the next use retries."""
