@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.approvals.store import ApprovalsStore
-from engine.commands import gatewaydirs, hostoutside
 from tests.helpers.gateway import connect, gateway, write_config
 
 ALLOWLIST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
@@ -22,10 +21,7 @@ async def attempt(
     agent: str = "main",
     **params: Any,
 ) -> dict[str, Any]:
-    """Run `command` as agent `agent` with only `allow` on its allowlist; the exec result's details. The
-    state dir is the operator's (recorded in the home as it is now, as the operator's own gateway would
-    have: a test may move HOME, or fill the dir, before it starts one: engine.commands.gatewaydirs)."""
-    gatewaydirs.record(hostoutside.home_dir(), str(state))
+    """Run `command` as agent `agent` with only `allow` on its allowlist; the exec result's details."""
     write_config(state, config)
     store = ApprovalsStore(state / "exec-approvals.json")
     for pattern, arg_pattern in allow:

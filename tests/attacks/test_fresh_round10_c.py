@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostprivate
+from engine.commands import gatewaydirs, hostprivate
 from tests.attacks.harness import attempt, refused
 
 GIT = "/usr/bin/git"
@@ -538,6 +538,7 @@ async def test_class4_a_home_inside_a_private_dir_is_the_agents(
     private = root / "tmp"
     monkeypatch.setenv("HOME", str(private))
     monkeypatch.setenv("EXECHOST_HOST_HOME", str(private))  # the home host views protect
+    gatewaydirs.record(str(private), str(state_dir))  # the operator's, in the home as it is now
     tree = root / "w"
     tree.mkdir()
     ident = ("-c", "user.name=a", "-c", "user.email=a@b")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.commands import gatewaydirs, hostoutside
 from engine.sandbox import landlock, staticbuild
 from tests.attacks.harness import attempt
 from tests.helpers.bwrap import needs_bwrap
@@ -269,6 +270,7 @@ async def test_the_operators_tmux_server_runs_nothing_for_a_host_run(short: Path
     out = short / "stolen"
     try:
         write_config(state, FULL)
+        gatewaydirs.record(hostoutside.home_dir(), str(state))  # the operator's own state dir
         (state / "operator-secret").write_text("STATE-DIR-SECRET\n")
         run = await attempt(
             state,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostprivate, viewpaths
+from engine.commands import gatewaydirs, hostprivate, viewpaths
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
 from tests.attacks.harness import ALLOWLIST, attempt, refused
@@ -176,6 +176,7 @@ async def test_a_trusted_config_in_a_private_dir_is_the_hosts(
         (private / "svc").mkdir()
         monkeypatch.setenv("HOME", str(private / "svc"))
         monkeypatch.setenv("EXECHOST_HOST_HOME", str(private / "svc"))  # the home host views protect
+        gatewaydirs.record(str(private / "svc"), str(state_dir))  # the operator's, in the home as it is
         planted = _copy(state_dir, private / "svc" / ".gitconfig")
     elif where == "xdg":
         monkeypatch.setenv("XDG_CONFIG_HOME", str(private / "cfg"))
