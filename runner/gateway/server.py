@@ -145,6 +145,15 @@ class GatewayServer:
         return self._tokens
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            # A start that failed (a refused state dir, a held lock) leaves nothing process-wide behind: the
+            # sandbox manager serves every gateway of this process, and its session host was this one's.
+            self.services.release_holders()
+            raise
+
+    async def _start(self) -> None:
         refused = hostoutside.home_refused()
         if refused is not None:
             raise HostHomeError(refused)

@@ -254,6 +254,11 @@ class Services:
         self._sandbox_manager = default_manager()
         self._sandbox_manager.progress = self.fanout.sandbox_progress
 
+    def release_holders(self) -> None:
+        """The process-wide sandbox manager forgets this gateway's session hosts (a stop, a failed start)."""
+        if self.holders is not None and default_sandbox_manager().session_host is self.holders:
+            default_sandbox_manager().session_host = None
+
     async def close(self) -> None:
         if self._adopting is not None:
             self._adopting.cancel()
@@ -265,8 +270,7 @@ class Services:
         manager = self._sandbox_manager
         if manager is not None and manager.progress == self.fanout.sandbox_progress:
             manager.progress = None
-        if self.holders is not None and default_sandbox_manager().session_host is self.holders:
-            default_sandbox_manager().session_host = None  # (the manager is process-wide)
+        self.release_holders()
         self.output.close()
         for unsubscribe in self._unsubscribe:
             with contextlib.suppress(Exception):

@@ -32,6 +32,7 @@ def _config(state: Path, extra: str = "") -> Path:
 async def _exec(client: Any, command: str, **params: Any) -> dict[str, Any]:
     result = await client.request("exec", {"command": command, **params})
     details: dict[str, Any] = result["details"]
+    details.setdefault("_text", result.get("text"))
     return details
 
 
@@ -614,7 +615,9 @@ async def test_class1_a_rotated_credentials_sandboxed_process_regains_egress(
             op = await connect(state_dir, client="op")
             try:
                 loop = f"while read x; do curl -s -m 10 {url}/$x; echo; echo END-$x; done"
-                sid = (await _exec(ops, loop, background=True))["sessionId"]
+                started = await _exec(ops, loop, background=True)
+                assert "sessionId" in started, started.get("_text")
+                sid = started["sessionId"]
 
                 async def log() -> str:
                     return str((await op.request("process", {"action": "log", "sessionId": sid}))["text"])
