@@ -39,8 +39,9 @@ async def _approved_then_swapped(state: Path, work: Path, command: str, swap: Ca
             await client.request("approve", {"id": ask["details"]["approvalId"], "decision": "allow-once"})
 
             async def listed() -> list[dict[str, Any]]:
+                # the operator's list also shows a run still starting (not yet backgrounded): wait past it
                 found = await client.request("process", {"action": "list"})
-                return list(found["details"].get("sessions") or [])
+                return [row for row in found["details"].get("sessions") or [] if row.get("backgrounded")]
 
             sid = (await wait_until(listed))[0]["sessionId"]
 
