@@ -1,0 +1,68 @@
+"""Fresh round 17 a: attacks from inside runs (a bwrap or Docker sandbox, a gateway-host run), by a
+fresh attacker who read the docs and the code, not the other attack tests."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.sandbox import bwrap
+from tests.attacks.harness import attempt
+
+SANDBOXED = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\nscope = "agent"\n'
+)
+
+
+@contextlib.contextmanager
+def small_state_dir(state: Path, mib: int = 16):
+    """The state dir on a filesystem of `mib` MiB (a tmpfs), as a small disk would hold it; the config the
+    fixture wrote is carried over."""
+    kept = {p.name: p.read_bytes() for p in state.iterdir() if p.is_file()}
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "eh-r17a", str(state)], check=True
+    )
+    for name, data in kept.items():
+        (state / name).write_bytes(data)
+        os.chmod(state / name, 0o600)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            bwrap.remove_all()
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.umount2(os.fsencode(str(state)), 2)  # MNT_DETACH: the workspace's loop mount goes with it
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a sandbox's control dir (/.exechost, the supervisor's FIFOs) is a writable bind of "
+    "<state>/sandbox-ctl/<name> on the state dir's own filesystem with no cap: the workspace got a capped "
+    "filesystem of its own (round 10 b), the control dir did not, so one agent's sandbox fills the disk the "
+    "gateway's journal, approvals and every other agent's logs are written to",
+)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's sandbox (a capped workspace of its own)")
+async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_dir(state_dir: Path) -> None:
+    """Agent main's bwrap sandbox writes 64 MiB into its control dir; the state dir (16 MiB here, as a
+    small disk) is left full. The same 64 MiB into /workspace stops at the workspace's own cap."""
+    with small_state_dir(state_dir):
+        details = await attempt(
+            state_dir,
+            "dd if=/dev/zero of=/.exechost/fill bs=1M count=64 2>/dev/null; echo wrote",
+            config=SANDBOXED,
+        )
+        assert "wrote" in details["_text"], details
+        assert free_bytes(state_dir) > 1 << 20, "one agent's sandbox left the state dir's filesystem full"
