@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.sandbox import bwrap
+from engine.sandbox import bwrap, docker_ops
 from tests.attacks.harness import attempt
+from tests.helpers.sandbox import build_test_image
 
 SANDBOXED = (
     '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
@@ -37,6 +38,9 @@ def small_state_dir(state: Path, mib: int = 16):
     finally:
         with contextlib.suppress(Exception):
             bwrap.remove_all()
+        with contextlib.suppress(Exception):
+            for c in docker_ops.list_sandboxes():
+                docker_ops.remove(c["Id"])
         libc = ctypes.CDLL(None, use_errno=True)
         libc.umount2(os.fsencode(str(state)), 2)  # MNT_DETACH: the workspace's loop mount goes with it
 
@@ -53,16 +57,25 @@ def free_bytes(path: Path) -> int:
     "filesystem of its own (round 10 b), the control dir did not, so one agent's sandbox fills the disk the "
     "gateway's journal, approvals and every other agent's logs are written to",
 )
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's sandbox (a capped workspace of its own)")
-async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_dir(state_dir: Path) -> None:
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_dir(
+    state_dir: Path, backend: str
+) -> None:
     """Agent main's bwrap sandbox writes 64 MiB into its control dir; the state dir (16 MiB here, as a
     small disk) is left full. The same 64 MiB into /workspace stops at the workspace's own cap."""
+    config = SANDBOXED
+    if backend == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("needs bwrap")
+    if backend == "docker":
+        config = config.replace('backend = "bwrap"', 'backend = "docker"') + (
+            f'[agents.defaults.sandbox.docker]\nimage = "{build_test_image()}"\n'
+        )
     with small_state_dir(state_dir):
         details = await attempt(
             state_dir,
             "dd if=/dev/zero of=/.exechost/fill bs=1M count=64 2>/dev/null; echo wrote",
-            config=SANDBOXED,
+            config=config,
         )
         assert "wrote" in details["_text"], details
         assert free_bytes(state_dir) > 1 << 20, "one agent's sandbox left the state dir's filesystem full"
