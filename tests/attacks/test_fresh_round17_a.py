@@ -79,3 +79,63 @@ async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_di
         )
         assert "wrote" in details["_text"], details
         assert free_bytes(state_dir) > 1 << 20, "one agent's sandbox left the state dir's filesystem full"
+
+
+async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict]]) -> list[dict]:
+    """One gateway; each call (agent, command, params) in turn; each result's details (with `_text`)."""
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state, config)
+    store = ApprovalsStore(state / "exec-approvals.json")
+    for program in ("grep", "cat", "ls"):
+        store.add_allowlist("main", f"/usr/bin/{program}", arg_pattern=None)
+    out = []
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            for agent, command, params in calls:
+                result = await client.request("exec", {"command": command, "agentId": agent, **params})
+                details = result["details"]
+                details["_text"] = result["text"]
+                out.append(details)
+        finally:
+            await client.close()
+    return out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: Docker keeps each container's environment in /var/lib/docker/containers/<id>/"
+    "config.v2.json, which a root gateway's host view shows (a read-only layer, readable): agent main's "
+    "allowlisted grep reads the docker.env key the operator gave agent ops's sandbox alone; the views cover "
+    "the workspace roots, not the engine's own records of the sandboxes",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search /var/lib/docker")
+async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_runs(state_dir: Path) -> None:
+    """The operator gives agent ops's Docker sandbox a key in its `docker.env` (meant for that sandbox
+    only: never in argv, redacted in `sandbox explain`). Docker keeps every container's environment in
+    /var/lib/docker/containers/<id>/config.v2.json; agent main's allowlisted `grep -r` reads it there."""
+    image = build_test_image()
+    secret = "ops-sandbox-key-7d2e91"
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        '\n[[agents.list]]\nid = "ops"\ntools.exec.host = "sandbox"\ntools.exec.security = "full"\n'
+        'tools.exec.ask = "off"\nsandbox.mode = "all"\nsandbox.backend = "docker"\nsandbox.scope = "agent"\n'
+        f'sandbox.docker.image = "{image}"\nsandbox.docker.env = {{ OPS_KEY = "{secret}" }}\n'
+    )
+    try:
+        ops, main = await _two_agents(
+            state_dir,
+            config,
+            [
+                ("ops", "echo up", {}),
+                ("main", "grep -rho 'OPS_KEY=[a-z0-9-]*' /var/lib/docker/containers", {}),
+            ],
+        )
+    finally:
+        for c in docker_ops.list_sandboxes():
+            docker_ops.remove(c["Id"])
+    assert "up" in ops["_text"], ops
+    assert main["status"] == "completed", main
+    assert secret not in main["_text"], "agent main read ops's sandbox key from Docker's own records"
