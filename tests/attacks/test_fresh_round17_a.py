@@ -112,10 +112,14 @@ async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict
     "the workspace roots, not the engine's own records of the sandboxes",
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search /var/lib/docker")
-async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_runs(state_dir: Path) -> None:
+@pytest.mark.parametrize("records", ["/var/lib/docker/containers", "/run/docker/containerd/daemon"])
+async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_runs(
+    state_dir: Path, records: str
+) -> None:
     """The operator gives agent ops's Docker sandbox a key in its `docker.env` (meant for that sandbox
     only: never in argv, redacted in `sandbox explain`). Docker keeps every container's environment in
-    /var/lib/docker/containers/<id>/config.v2.json; agent main's allowlisted `grep -r` reads it there."""
+    /var/lib/docker/containers/<id>/config.v2.json, and containerd its OCI spec (the env with it) under
+    /run/docker/containerd/daemon while it runs; agent main's allowlisted `grep -r` reads it there."""
     image = build_test_image()
     secret = "ops-sandbox-key-7d2e91"
     config = (
@@ -130,7 +134,7 @@ async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_
             config,
             [
                 ("ops", "echo up", {}),
-                ("main", "grep -rho 'OPS_KEY=[a-z0-9-]*' /var/lib/docker/containers", {}),
+                ("main", f"grep -rho 'OPS_KEY=[a-z0-9-]*' {records}", {}),
             ],
         )
     finally:
