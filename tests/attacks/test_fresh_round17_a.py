@@ -23,12 +23,21 @@ SANDBOXED = (
 
 
 @contextlib.contextmanager
-def small_state_dir(state: Path, mib: int = 16):
-    """The state dir on a filesystem of `mib` MiB (a tmpfs), as a small disk would hold it; the config the
-    fixture wrote is carried over."""
+def small_state_dir(state: Path, mib: int = 16, inodes: int = 0):
+    """The state dir on a filesystem of `mib` MiB (a tmpfs; `inodes` of them when given), as a small disk
+    would hold it; the config the fixture wrote is carried over."""
     kept = {p.name: p.read_bytes() for p in state.iterdir() if p.is_file()}
     subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "eh-r17a", str(state)], check=True
+        [
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"size={mib}m,mode=0700" + (f",nr_inodes={inodes}" if inodes else ""),
+            "eh-r17a",
+            str(state),
+        ],
+        check=True,
     )
     for name, data in kept.items():
         (state / name).write_bytes(data)
@@ -45,11 +54,6 @@ def small_state_dir(state: Path, mib: int = 16):
         libc.umount2(os.fsencode(str(state)), 2)  # MNT_DETACH: the workspace's loop mount goes with it
 
 
-def free_bytes(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="open: a sandbox's control dir (/.exechost, the supervisor's FIFOs) is a writable bind of "
@@ -58,12 +62,14 @@ def free_bytes(path: Path) -> int:
     "gateway's journal, approvals and every other agent's logs are written to",
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's sandbox (a capped workspace of its own)")
+@pytest.mark.parametrize("what", ["bytes", "inodes"])
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
 async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_dir(
-    state_dir: Path, backend: str
+    state_dir: Path, backend: str, what: str
 ) -> None:
-    """Agent main's bwrap sandbox writes 64 MiB into its control dir; the state dir (16 MiB here, as a
-    small disk) is left full. The same 64 MiB into /workspace stops at the workspace's own cap."""
+    """Agent main's sandbox writes 64 MiB (or 6,000 empty files) into its control dir; the state dir
+    (16 MiB and 4,096 inodes here, as a small disk) is left full. The same into /workspace stops at the
+    workspace's own filesystem."""
     config = SANDBOXED
     if backend == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("needs bwrap")
@@ -71,14 +77,20 @@ async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_di
         config = config.replace('backend = "bwrap"', 'backend = "docker"') + (
             f'[agents.defaults.sandbox.docker]\nimage = "{build_test_image()}"\n'
         )
-    with small_state_dir(state_dir):
-        details = await attempt(
-            state_dir,
-            "dd if=/dev/zero of=/.exechost/fill bs=1M count=64 2>/dev/null; echo wrote",
-            config=config,
+    fill = (
+        "dd if=/dev/zero of=/.exechost/fill bs=1M count=64 2>/dev/null; echo wrote"
+        if what == "bytes"
+        else "i=0; while [ $i -lt 6000 ]; do { true > /.exechost/f$i; } 2>/dev/null || break; i=$((i+1)); "
+        "done; echo wrote"
+    )
+    with small_state_dir(state_dir, inodes=4096 if what == "inodes" else 0):
+        details = await attempt(state_dir, fill, config=config)
+        assert "wrote" in details["_text"], details["_text"]
+        st = os.statvfs(state_dir)
+        left = st.f_bavail * st.f_frsize if what == "bytes" else st.f_favail
+        assert left > (1 << 20 if what == "bytes" else 256), (
+            f"one agent's sandbox left the state dir {what} {left}"
         )
-        assert "wrote" in details["_text"], details
-        assert free_bytes(state_dir) > 1 << 20, "one agent's sandbox left the state dir's filesystem full"
 
 
 async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict]]) -> list[dict]:
