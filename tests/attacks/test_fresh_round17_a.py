@@ -251,3 +251,32 @@ def test_class5_tree_dash_r_is_decided_to_run_no_program() -> None:
 
     argv = ["tree", "-R", "-H", ".", "-L", "1", "-o", "index.html"]
     assert not is_tree_safe(argv, "/usr/bin/tree"), "`tree -R -H . -L 1` is decided to run no program"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: on a node two gateways serve, each gateway's shared scope is a sandbox of its own "
+    "(`<fp>/shared`), but its owner is the plain name `shared` (dockercg.owner_of ignores the namespace for "
+    "that scope): both run as one host uid (sandboxuid.for_owner) and draw on one pids and RAM share, so "
+    "gateway A's agents take what gateway B's shared sandbox may use, and share files with it by DAC",
+)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root node's sandboxes (a uid of their own)")
+async def test_class3_two_gateways_shared_scopes_on_a_node_are_one_owner(state_dir: Path) -> None:
+    """The node side, as runner/node/sysrun.py calls it: prepare_exec with each link's namespace."""
+    from engine.sandbox import SandboxManager, bwraprecords, prepare_exec
+    from tests.helpers.bwrap import bwrap_config
+
+    config = bwrap_config('scope = "shared"')
+    manager = SandboxManager()
+    try:
+        a = await prepare_exec(config, "main", "", None, manager=manager, namespace="a" * 32 + "/")
+        b = await prepare_exec(config, "main", "", None, manager=manager, namespace="b" * 32 + "/")
+        ra, rb = bwraprecords.read_record(a.container), bwraprecords.read_record(b.container)
+    finally:
+        bwrap.remove_all()
+    assert a.container != b.container  # (each gateway's shared scope is a sandbox of its own)
+    assert ra is not None and rb is not None
+    assert (ra["uid"], ra["owner"]) != (rb["uid"], rb["owner"]), (
+        f"both gateways' shared sandboxes are host uid {ra['uid']}, owner {ra['owner']!r}"
+    )
