@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -279,4 +280,34 @@ async def test_class3_two_gateways_shared_scopes_on_a_node_are_one_owner(state_d
     assert ra is not None and rb is not None
     assert (ra["uid"], ra["owner"]) != (rb["uid"], rb["owner"]), (
         f"both gateways' shared sandboxes are host uid {ra['uid']}, owner {ra['owner']!r}"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a gateway-host run may give a file it writes set-id bits: the sandboxes' seccomp refuses "
+    "a mode with 06000 (round 8 q), the host runs' filter does not, so agent main's allowlisted cp and "
+    "chmod leave a setuid copy of a program, owned by the gateway's uid, in its hostWritable dir on the "
+    "host: whoever reaches that dir outside the view (another local account, an agent's own Unix account, "
+    "a tool the operator runs there) runs it as the gateway's account (root here)",
+)
+async def test_class1_a_host_run_leaves_a_setuid_program_of_the_gateways_uid(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o755)
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'hostWritable = ["{work}"]\n'
+    )
+    details = await attempt(
+        state_dir,
+        "cp /usr/bin/id ./id && chmod 4755 ./id",
+        allow=[("/usr/bin/cp", None), ("/usr/bin/chmod", None)],
+        config=config,
+        workdir=str(work),
+    )
+    assert details["status"] == "completed", details["_text"]
+    planted = work / "id"
+    mode = os.stat(planted).st_mode if planted.exists() else 0
+    assert not mode & (stat.S_ISUID | stat.S_ISGID), (
+        f"{planted} is {stat.filemode(mode)}, uid {os.stat(planted).st_uid}, on the host"
     )
