@@ -311,3 +311,36 @@ async def test_class1_a_host_run_leaves_a_setuid_program_of_the_gateways_uid(sta
     assert not mode & (stat.S_ISUID | stat.S_ISGID), (
         f"{planted} is {stat.filemode(mode)}, uid {os.stat(planted).st_uid}, on the host"
     )
+
+
+# io_setup(2) on x86_64 / aarch64: one AIO context of the host-wide fs.aio-max-nr, then io_destroy(2).
+_AIO_PROBE = (
+    "import ctypes,os\n"
+    "libc=ctypes.CDLL(None,use_errno=True)\n"
+    "nr={'x86_64':(206,207),'aarch64':(0,1)}[os.uname().machine]\n"
+    "ctx=ctypes.c_ulong(0)\n"
+    "r=libc.syscall(nr[0],1,ctypes.byref(ctx))\n"
+    "print('aio', 'made' if r==0 else 'refused %d' % ctypes.get_errno())\n"
+    "r==0 and libc.syscall(nr[1],ctx)\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: io_setup is refused in both sandbox backends (round 10 b: fs.aio-max-nr is one count for "
+    "the whole host, no namespace or cgroup divides it, and one command took all 65,536), but a gateway-host "
+    "run's filter (hostenter confine.c) refuses only keyrings, io_uring and socket families: one agent's "
+    "approved script holds every AIO context and no program of the host (the operator's database) gets one",
+)
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers")
+async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path) -> None:
+    script = state_dir.parent / "h" / "aio.py"  # (in the home: read-only in the view, and shown)
+    script.write_text(_AIO_PROBE)
+    script.chmod(0o644)
+    details = await attempt(
+        state_dir,
+        f"/usr/bin/python3 {script}",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+    )
+    assert "aio " in details["_text"], details["_text"]
+    assert "aio made" not in details["_text"], "a host run made an AIO context of the host's count"
