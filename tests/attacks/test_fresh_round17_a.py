@@ -344,3 +344,33 @@ async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path
     )
     assert "aio " in details["_text"], details["_text"]
     assert "aio made" not in details["_text"], "a host run made an AIO context of the host's count"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a gateway-host run gets no CPU share of its agent's: it stays in the gateway's own cpu "
+    "cgroup (no group per agent, no quota, no shares), so one agent's 64 sessions of an allowlisted, "
+    "tree-safe `yes > /dev/null` take 64 parts of every core against the gateway's one (its event loop, "
+    "every other agent's runs, the operator's console); Docker sandboxes have `cpus`, host runs nothing",
+)
+@pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu").is_dir(), reason="a v1 cpu hierarchy")
+async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path) -> None:
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    async with gateway(state_dir):
+        client = await connect(state_dir, operator=False)  # agent main, by the gateway token
+        try:
+            result = await client.request("exec", {"command": "cat /proc/self/cgroup"})
+        finally:
+            await client.close()
+
+    def cpu_group(text: str) -> str:
+        for line in text.splitlines():
+            parts = line.split(":", 2)
+            if len(parts) == 3 and "cpu" in parts[1].split(","):
+                return parts[2].strip()
+        return ""
+
+    run, own = cpu_group(result["text"]), cpu_group(Path("/proc/self/cgroup").read_text())
+    assert run and run != own, f"agent main's host run shares the gateway's own cpu group {own!r}"
