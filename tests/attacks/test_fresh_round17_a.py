@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ SANDBOXED = (
 
 
 @contextlib.contextmanager
-def small_state_dir(state: Path, mib: int = 16, inodes: int = 0):
+def small_state_dir(state: Path, mib: int = 16, inodes: int = 0) -> Iterator[None]:
     """The state dir on a filesystem of `mib` MiB (a tmpfs; `inodes` of them when given), as a small disk
     would hold it; the config the fixture wrote is carried over."""
     kept = {p.name: p.read_bytes() for p in state.iterdir() if p.is_file()}
