@@ -379,3 +379,48 @@ async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path) -> Non
 
     run, own = cpu_group(result["text"]), cpu_group(Path("/proc/self/cgroup").read_text())
     assert run and run != own, f"agent main's host run shares the gateway's own cpu group {own!r}"
+
+
+def _ls_columns(where: Path, columns: str | None) -> subprocess.CompletedProcess[bytes]:
+    """GNU ls -C over `where`, held to 512 MiB of address space, with COLUMNS as given."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
+
+    env = {"PATH": "/usr/bin:/bin", **({"COLUMNS": columns} if columns else {})}
+    return subprocess.run(
+        ["ls", "-C", str(where)],
+        env=env,
+        capture_output=True,
+        preexec_fn=cap,
+        check=False,
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: COLUMNS is an inert key for any value of up to 6 digits, and GNU ls -C (tree-safe) "
+    "allocates its column table in the square of min(files, COLUMNS/3): COLUMNS=999999 over 10,000 files "
+    "needs more than 512 MiB (20,000: 1.6 GB; 100,000: 40 GB), so an allowlisted `ls` with an env the "
+    "agent chose, run unasked, takes the host's RAM (a host run has no memory share)",
+)
+async def test_class4_an_inert_columns_value_makes_ls_take_the_hosts_ram(state_dir: Path) -> None:
+    many = state_dir.parent / "tmp" / "many"
+    many.mkdir()
+    for i in range(10_000):
+        (many / f"f{i}").touch()
+    # the program itself, as it behaves: bounded without the key, past 512 MiB with it
+    assert _ls_columns(many, None).returncode == 0
+    assert _ls_columns(many, "999999").returncode != 0  # ("ls: memory exhausted")
+    # and the agent may set that value on an allowlisted ls without an ask
+    from engine.commands.hostenv import foreign_env_keys
+
+    assert foreign_env_keys({"COLUMNS": "999999"}) == [], "COLUMNS=999999 is not inert (the control)"
+    details = await attempt(
+        state_dir,
+        "ls -d /",
+        allow=[("/usr/bin/ls", None)],
+        env={"COLUMNS": "999999"},
+    )
+    assert details["status"] == "approval-pending", "an allowlisted ls runs unasked with COLUMNS=999999"
