@@ -161,34 +161,41 @@ async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: a Docker sandbox's init (and its supervisor) keep the engine's log pipe as stdout, and "
-    "a command of the same uid reopens it through /proc/1/fd/1: what it writes lands in "
-    "/var/lib/docker/containers/<id>/<id>-json.log on the host's disk, uncapped (no log_config: json-file "
-    "without max-size); bwrap's log got a 4 KiB tail for the same hole, Docker's got nothing",
+    reason="open: what a Docker sandbox writes lands on the engine's disk uncapped two ways: its init (and "
+    "supervisor) keep the engine's log pipe as stdout, which a command of the same uid reopens through "
+    "/proc/1/fd/1 (json-file, no max-size: bwrap's log got a 4 KiB tail for the same hole); and with "
+    "readOnlyRoot = false its writable layer has no size (no storage_opt), unlike its capped workspace",
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox (uid 0, as its init)")
-async def test_class3_a_docker_sandbox_floods_the_engines_log_of_its_container(state_dir: Path) -> None:
+@pytest.mark.parametrize("way", ["engine-log", "writable-layer"])
+async def test_class3_a_docker_sandbox_writes_the_engines_disk_uncapped(state_dir: Path, way: str) -> None:
     image = build_test_image()
     config = (
         '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
         '[agents.defaults.sandbox]\nmode = "all"\nbackend = "docker"\nscope = "agent"\n'
         f'[agents.defaults.sandbox.docker]\nimage = "{image}"\n'
     )
+    if way == "writable-layer":
+        config += "readOnlyRoot = false\n"
+    command = {
+        "engine-log": 'head -c 8388608 /dev/zero | tr "\\0" x > /proc/1/fd/1 && echo flooded',
+        "writable-layer": "head -c 8388608 /dev/zero > /fill && echo flooded",
+    }[way]
     try:
-        details = await attempt(
-            state_dir,
-            'head -c 8388608 /dev/zero | tr "\\0" x > /proc/1/fd/1 && echo flooded',
-            config=config,
-        )
-        logs = [
-            docker_ops.client().api.inspect_container(c["Id"])["LogPath"] for c in docker_ops.list_sandboxes()
-        ]
-        size = max((os.stat(log).st_size for log in logs if log), default=0)  # (a pool spare's is empty)
+        details = await attempt(state_dir, command, config=config)
+        api = docker_ops.client().api
+        ids = [c["Id"] for c in docker_ops.list_sandboxes()]
+        if way == "engine-log":
+            logs = [api.inspect_container(i)["LogPath"] for i in ids]
+            size = max((os.stat(log).st_size for log in logs if log), default=0)  # (a pool spare's is empty)
+        else:
+            rows = [row for i in ids for row in api.containers(all=True, size=True, filters={"id": i})]
+            size = max((row.get("SizeRw") or 0 for row in rows), default=0)
     finally:
         for c in docker_ops.list_sandboxes():
             docker_ops.remove(c["Id"])
-    assert "flooded" in details["_text"], details
-    assert size < 1 << 20, f"the sandbox wrote {size} bytes to its container's log on the host's disk"
+    assert "flooded" in details["_text"], details["_text"]
+    assert size < 1 << 20, f"the sandbox wrote {size} bytes to the engine's disk ({way})"
 
 
 def _memory_cap(cgroup_lines: str, limits: str) -> int:
