@@ -126,7 +126,14 @@ async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict
     "the workspace roots, not the engine's own records of the sandboxes",
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search /var/lib/docker")
-@pytest.mark.parametrize("records", ["/var/lib/docker/containers", "/run/docker/containerd/daemon"])
+@pytest.mark.parametrize(
+    "records",
+    [
+        "--include=config.v2.json /var/lib/docker/containers",
+        "--include=config.json --exclude-dir=rootfs /run/docker/containerd/daemon",
+    ],
+    ids=["docker", "containerd"],
+)
 async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_runs(
     state_dir: Path, records: str
 ) -> None:
