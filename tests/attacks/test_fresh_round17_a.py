@@ -18,6 +18,7 @@ from engine.sandbox import bwrap, docker_ops
 from tests.attacks.harness import attempt
 from tests.helpers.sandbox import build_test_image
 
+ALLOWLIST_HOST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
 SANDBOXED = (
     '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
     '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\nscope = "agent"\n'
@@ -349,7 +350,8 @@ _AIO_PROBE = (
     reason="open: io_setup is refused in both sandbox backends (round 10 b: fs.aio-max-nr is one count for "
     "the whole host, no namespace or cgroup divides it, and one command took all 65,536), but a gateway-host "
     "run's filter (hostenter confine.c) refuses only keyrings, io_uring and socket families: one agent's "
-    "approved script holds every AIO context and no program of the host (the operator's database) gets one",
+    "approved script holds every AIO context and no program of the host (the operator's database) gets one. "
+    "SECURITY.md's reason (host runs have no filter, it would need no_new_privs) is stale: they have both",
 )
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers")
 async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path) -> None:
@@ -438,3 +440,45 @@ async def test_class4_an_inert_columns_value_makes_ls_take_the_hosts_ram(state_d
         env={"COLUMNS": "999999"},
     )
     assert details["status"] == "approval-pending", "an allowlisted ls runs unasked with COLUMNS=999999"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a `hostWritable` dir has no share of the disk it is on, and by default it is the state "
+    "dir's (the home: ~/work beside ~/.openclaw): one agent's allowlisted `head -c` into its own project "
+    "dir fills the filesystem the gateway's journal, approvals and every agent's logs need (round 10 b "
+    "capped /tmp, /workspace and the logs for exactly this; the hostWritable dirs were left)",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small filesystem for the home")
+async def test_class3_an_agents_hostwritable_dir_fills_the_state_dirs_disk(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.commands import gatewaydirs
+
+    root = state_dir.parent
+    kept = {p.name: p.read_bytes() for p in state_dir.iterdir() if p.is_file()}
+    # the home and the state dir in it on one 16 MiB filesystem, as ~/.openclaw and ~/work share one disk
+    home = root / "h"
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "eh-r17a-home", str(home)], check=True
+    )
+    try:
+        state = home / ".openclaw"
+        state.mkdir(mode=0o700)
+        for name, data in kept.items():
+            (state / name).write_bytes(data)
+        work = home / "work"
+        work.mkdir(mode=0o755)
+        gatewaydirs.record(str(home), str(state))
+        config = ALLOWLIST_HOST + 'hostWritable = ["~/work"]\n'
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        details = await attempt(
+            state, "cp /dev/zero fill", allow=[("/usr/bin/cp", None)], config=config, workdir=str(work)
+        )
+        assert details["status"] in ("completed", "failed"), details["_text"]
+        st = os.statvfs(state)
+        left = st.f_bavail * st.f_frsize
+    finally:
+        ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(str(home)), 2)
+    assert left > 1 << 20, f"agent main's project dir left the state dir's filesystem {left} bytes"
+    assert "No space left" in details["_text"], details["_text"]  # (cp ran until the disk was full)
