@@ -445,9 +445,9 @@ async def test_class4_an_inert_columns_value_makes_ls_take_the_hosts_ram(state_d
 @pytest.mark.xfail(
     strict=True,
     reason="open: a `hostWritable` dir has no share of the disk it is on, and by default it is the state "
-    "dir's (the home: ~/work beside ~/.openclaw): one agent's allowlisted `head -c` into its own project "
-    "dir fills the filesystem the gateway's journal, approvals and every agent's logs need (round 10 b "
-    "capped /tmp, /workspace and the logs for exactly this; the hostWritable dirs were left)",
+    "dir's (the home: ~/work beside ~/.openclaw): one agent's allowlisted `cp /dev/zero` into its own "
+    "project dir fills the filesystem the gateway's journal, approvals and every agent's logs need "
+    "(round 10 b capped /tmp, /workspace and the logs for exactly this; the hostWritable dirs were left)",
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small filesystem for the home")
 async def test_class3_an_agents_hostwritable_dir_fills_the_state_dirs_disk(
