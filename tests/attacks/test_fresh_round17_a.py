@@ -354,6 +354,7 @@ _AIO_PROBE = (
     "SECURITY.md's reason (host runs have no filter, it would need no_new_privs) is stale: they have both",
 )
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers")
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="the probe runs /usr/bin/python3")
 async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path) -> None:
     script = state_dir.parent / "h" / "aio.py"  # (in the home: read-only in the view, and shown)
     script.write_text(_AIO_PROBE)
