@@ -483,3 +483,79 @@ async def test_class3_an_agents_hostwritable_dir_fills_the_state_dirs_disk(
         ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(str(home)), 2)
     assert left > 1 << 20, f"agent main's project dir left the state dir's filesystem {left} bytes"
     assert "No space left" in details["_text"], details["_text"]  # (cp ran until the disk was full)
+
+
+DEBIAN_IMAGE = "exechost-debian-test:bookworm"  # (a Debian sandbox image, as the default one is: util-linux)
+
+
+def _has_image(name: str) -> bool:
+    try:
+        docker_ops.client().images.get(name)
+    except Exception:  # (no engine, or no such image: the test is skipped)
+        return False
+    return True
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the helpers' build lock (<state>/sandbox-bin/.exechost-landlock.lock, 0600, the gateway's) "
+    "sits in the bin dir every sandbox mounts at /.exechost-bin, and flock needs only a read fd: a Docker "
+    "sandbox (uid 0 under a root gateway, the file's owner by DAC) or a non-root gateway's bwrap sandbox "
+    "holds it, and the next build (an upgrade's, a missing helper's) blocks every agent's sandbox start",
+)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap (its landlock helper makes the lock)")
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox (uid 0)")
+async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) -> None:
+    import fcntl
+
+    from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+    if not _has_image(DEBIAN_IMAGE):
+        pytest.skip(f"no {DEBIAN_IMAGE} image here")
+    config = (
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\nscope = "agent"\n'
+        '\n[[agents.list]]\nid = "ops"\nsandbox.backend = "docker"\n'
+        f'sandbox.docker.image = "{DEBIAN_IMAGE}"\n'
+    )
+    write_config(state_dir, config)
+    lock = state_dir / "sandbox-bin" / ".exechost-landlock.lock"
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir)
+            try:
+                await client.request("exec", {"command": "true", "agentId": "main"})  # (builds the helper)
+                assert lock.exists()
+                started = await client.request(
+                    "exec",
+                    {
+                        "command": "exec 9</.exechost-bin/.exechost-landlock.lock && flock -x 9 && echo held "
+                        "&& exec sleep 600",
+                        "agentId": "ops",
+                        "background": True,
+                    },
+                )
+                session = started["details"]["sessionId"]
+
+                async def held() -> bool:
+                    log = await client.request(
+                        "process", {"action": "log", "sessionId": session, "agentId": "ops"}
+                    )
+                    return "held" in str(log.get("text", ""))
+
+                await wait_until(held, timeout=30)
+                fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the gateway's next build takes
+                    free = True
+                except BlockingIOError:
+                    free = False
+                finally:
+                    os.close(fd)
+            finally:
+                await client.close()
+    finally:
+        for c in docker_ops.list_sandboxes():
+            docker_ops.remove(c["Id"])
+        bwrap.remove_all()
+    assert free, "agent ops's sandbox holds the lock every helper build of the gateway waits on"
