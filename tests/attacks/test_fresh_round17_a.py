@@ -559,3 +559,56 @@ async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) ->
             docker_ops.remove(c["Id"])
         bwrap.remove_all()
     assert free, "agent ops's sandbox holds the lock every helper build of the gateway waits on"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the private dirs and workspaces are mounts of a root gateway")
+async def test_class1_the_home_layer_puts_no_mount_of_the_state_dir_above_its_cover(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held: with the state dir in the home (~/.openclaw, the default), the home is a layer and every mount
+    the kept view has below it is put back on top of the overlay, among them agent ops's private /tmp
+    (a tmpfs at ~/.openclaw/hostprivate/ops) and agent sb's sandbox workspace (a loop mount under
+    ~/.openclaw/sandboxes): they stay below the state dir's empty cover, so agent main reads neither."""
+    from engine.commands import gatewaydirs
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    home = state_dir.parent / "h"
+    state = home / ".openclaw"
+    state.mkdir(mode=0o700)
+    gatewaydirs.record(str(home), str(state))
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+    write_config(
+        state,
+        '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+        '\n[[agents.list]]\nid = "ops"\n'
+        '\n[[agents.list]]\nid = "sb"\ntools.exec.host = "sandbox"\nsandbox.mode = "all"\n'
+        'sandbox.backend = "bwrap"\nsandbox.scope = "agent"\n',
+    )
+    private = state_dir.parent / "tmp"  # (this test's stand-in for /tmp: each agent's own copy)
+    try:
+        async with gateway(state):
+            client = await connect(state)
+            try:
+                for agent, command in (
+                    ("ops", f"echo ops-secret-77 > {private}/s.txt"),
+                    ("sb", "echo sb-secret-88 > /workspace/w.txt"),
+                ):
+                    await client.request("exec", {"command": command, "agentId": agent})
+                # the control: both are there on the host, under the state dir
+                found = {
+                    word
+                    for path in state.rglob("*.txt")
+                    for word in ("ops-secret", "sb-secret")
+                    if word in path.read_text(errors="replace")
+                }
+                assert found == {"ops-secret", "sb-secret"}, found
+                seen = await client.request(
+                    "exec",
+                    {"command": f"grep -rs -e ops-secret -e sb-secret {state} /proc/self/root{state}; true"},
+                )
+            finally:
+                await client.close()
+    finally:
+        bwrap.remove_all()
+    assert "ops-secret" not in seen["text"] and "sb-secret" not in seen["text"], seen["text"]
