@@ -612,3 +612,26 @@ async def test_class1_the_home_layer_puts_no_mount_of_the_state_dir_above_its_co
     finally:
         bwrap.remove_all()
     assert "ops-secret" not in seen["text"] and "sb-secret" not in seen["text"], seen["text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an agent's hostWritable dirs are covered in other agents' views only while the config "
+    "lists them: once the operator retires agent ops (its [[agents.list]] entry removed), ~/ops-work with "
+    "everything ops left there is every other agent's to read; sandbox workspace roots got a record of "
+    "every root ever used (round 15 b), hostWritable roots got none",
+)
+async def test_class1_a_retired_agents_project_dir_is_every_agents_to_read(state_dir: Path) -> None:
+    home = state_dir.parent / "h"
+    work = home / "ops-work"
+    work.mkdir(mode=0o755)
+    (work / "notes.txt").write_text("ops-private-4471\n")  # what ops's runs wrote there
+    (work / "notes.txt").chmod(0o644)
+    with_ops = ALLOWLIST_HOST + '\n[[agents.list]]\nid = "ops"\ntools.exec.hostWritable = ["~/ops-work"]\n'
+    control = await attempt(
+        state_dir, f"cat {work}/notes.txt", allow=[("/usr/bin/cat", None)], config=with_ops
+    )
+    assert control["status"] != "approval-pending" and "ops-private" not in control["_text"], control
+    retired = await attempt(state_dir, f"cat {work}/notes.txt", allow=[("/usr/bin/cat", None)])
+    assert retired["status"] != "approval-pending", retired["_text"]
+    assert "ops-private" not in retired["_text"], "agent main reads what retired agent ops left in its dir"
