@@ -303,15 +303,9 @@ async def test_class3_two_gateways_shared_scopes_on_a_node_are_one_owner(state_d
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a gateway-host run may give a file it writes set-id bits: the sandboxes' seccomp refuses "
-    "a mode with 06000 (round 8 q), the host runs' filter does not, so agent main's allowlisted cp and "
-    "chmod leave a setuid copy of a program, owned by the gateway's uid, in its hostWritable dir on the "
-    "host: whoever reaches that dir outside the view (another local account, an agent's own Unix account, "
-    "a tool the operator runs there) runs it as the gateway's account (root here)",
-)
 async def test_class1_a_host_run_leaves_a_setuid_program_of_the_gateways_uid(state_dir: Path) -> None:
+    """Closed on main (51bccef1: exechost-hostenter's filter is built from the sandboxes' rule set): agent
+    main's allowlisted cp and chmod 4755 leave no set-id copy of a program in its hostWritable dir."""
     work = state_dir.parent / "w"
     work.mkdir(mode=0o755)
     config = (
@@ -345,17 +339,10 @@ _AIO_PROBE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: io_setup is refused in both sandbox backends (round 10 b: fs.aio-max-nr is one count for "
-    "the whole host, no namespace or cgroup divides it, and one command took all 65,536), but a gateway-host "
-    "run's filter (hostenter confine.c) refuses only keyrings, io_uring and socket families: one agent's "
-    "approved script holds every AIO context and no program of the host (the operator's database) gets one. "
-    "SECURITY.md's reason (host runs have no filter, it would need no_new_privs) is stale: they have both",
-)
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers")
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="the probe runs /usr/bin/python3")
 async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path) -> None:
+    """Closed on main (6bac013c): a host run's io_setup fails as the sandboxes' does."""
     script = state_dir.parent / "h" / "aio.py"  # (in the home: read-only in the view, and shown)
     script.write_text(_AIO_PROBE)
     script.chmod(0o644)
