@@ -21,6 +21,7 @@ from engine.protocol.requests import (
     ApprovalsPending,
     ApprovalsStatus,
 )
+from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, compact
 from runner.gateway.handlers.common import agent_id, require_operator, session_key
 
 if TYPE_CHECKING:
@@ -188,7 +189,12 @@ def current_run(services: Services, view: dict[str, Any]) -> dict[str, Any]:
         live = run.get("status") in LIVE_RUN  # an outcome written down is final: never looked up again
         session = services.sessions.get(sid) if live else None
         if session is not None and session.is_run(run):
+            # status and output from one moment: a run that ended is read before its outcome is noted
+            # (the detached run notes it after the end), and its tail must be that end's, not the start's
+            # (what memory holds: a session settled to disk has had its outcome noted by then)
             run.update(status=session.status, exitCode=session.exit_code)
+            if not session.output.settled:
+                run["tail"] = compact(session.output.aggregated(), FOLLOWUP_OUTPUT_CHARS)
         elif live and not (session is None and run.get("status") == "starting"):
             # (`starting` with no session yet: the spawn is under way and registers it next)
             run["status"] = "unknown"
