@@ -14,7 +14,8 @@ directory's stat, each named dir lstat'ed per view (covered only while it is a d
 
 Every exechost service that keeps state records its state dir here, not only a gateway (fresh round 15
 b): a node service records its own at start, and a gateway records the state dir a node of this account
-on this machine names in its hello (`place`: a node started with another HOME records elsewhere). Every
+on this machine names in its hello (`place`: a node started with another HOME records elsewhere), once
+it proves to be that node's own (node_state_dir: the hello is the node's word, fresh round 16 b). Every
 sandbox workspace root ever used is recorded too (`w-` entries, by engine.sandbox.wsfs.ensure): a root
 the config no longer names still holds every agent's workspaces, and is covered as the config's are (in
 the home too).
