@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import sysbin
+from engine import pathtrust
 from engine.commands import proxyenv
 from engine.commands.analysis import names
 from engine.results import ToolError
@@ -445,7 +445,7 @@ def _unchangeable(entry: str, home: str) -> bool:
     in_home = home != os.sep and (real == home or real.startswith(home + os.sep))
     while not os.path.lexists(real) and real != os.sep:  # missing: whoever may make it
         real = os.path.dirname(real)
-    return in_home or sysbin.only_root_changes(real)
+    return in_home or pathtrust.only_root_changes(real)
 
 
 def apply_path_prepend(env: dict[str, str], path_prepend: list[str], *, host: str) -> list[str]:
