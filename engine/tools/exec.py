@@ -22,7 +22,7 @@ from engine.approvals.pending import (
 )
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
-from engine.commands.hostenv import host_path, sanitize_host_env
+from engine.commands.hostenv import host_path, prepend_left_out, sanitize_host_env
 from engine.commands.hostoutside import NOTHING_OUTSIDE, HostViewError
 from engine.commands.hostroots import refuse_hidden_cwd, workdir_note
 from engine.commands.pinned import (
@@ -213,6 +213,7 @@ class ExecTool:
         prepend = config.exec_for(ctx.agent_id).path_prepend
         if prepend:
             env["PATH"] = host_path(env.get("PATH", ""), prepend)
+            prepared.warnings += prepend_left_out(prepend)
         prepared.env = env
         return prepared
 

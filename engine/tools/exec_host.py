@@ -157,7 +157,8 @@ def program_dirs(config: Config) -> tuple[str, ...]:
     rootfs = [config.sandbox.bwrap.get("rootfs")]
     rootfs += [a.sandbox.get("bwrap", {}).get("rootfs") for a in config.agents.values()]
     dirs |= {r for r in rootfs if isinstance(r, str) and r}
-    found = {os.path.abspath(os.path.expanduser(d)) for d in dirs}
+    # (each as it resolves: a run's PATH names the resolved dir, engine.commands.hostenv.host_path)
+    found = {os.path.realpath(os.path.expanduser(d)) for d in dirs}
     return tuple(sorted(d for d in found if d != os.sep))
 
 
