@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from engine import principals
+from engine.protocol.frames import RemoteError
+from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
 
 pytestmark = pytest.mark.asyncio
 
@@ -63,4 +66,78 @@ async def test_class3_an_agents_waiting_polls_pin_24x_their_budget_in_decoded_pa
             assert held < 4 * 16 * MiB, f"one agent's waiting requests hold {held / MiB:.0f} MiB"
         finally:
             for client in (agent, *more, operator):
+                await client.close()
+
+
+async def test_class3_one_agents_ask_too_large_to_show_is_refused_not_filed(state_dir: Path) -> None:
+    """Agent main asks once for `ls|ls|…` (5,400 segments, 16 KiB: under the analysis's 16,384-char cap),
+    whose decision (every segment, twice in the view) is ~3 MB as shown: past a frame, it would make every
+    page of the operator's inbox from it on fail. Held: the ask is refused (APPROVAL_TOO_LARGE), and ops's
+    ask after it is listed."""
+    write_config(state_dir, ALLOWLIST + listed("ops"))
+    ops_token = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        ops = await connect(state_dir, operator=False, credential=ops_token)
+        operator = await connect(state_dir)
+        try:
+            with pytest.raises(RemoteError, match="as the operator would be shown it"):
+                await main.request("exec", {"command": "|".join(["ls"] * 5400)})
+            small = await ops.request("exec", {"command": "ls /"})
+            assert small["details"]["status"] == "approval-pending"
+            shown: list[str] = []
+            for method in ("approvals.pending", "approvals.attach"):
+                try:
+                    page = await operator.request(method, {})
+                except RemoteError as exc:
+                    shown.append(f"{method}: {exc.code}")
+                    continue
+                shown += [str(row.get("command"))[:20] for row in page.get("approvals", [])]
+            assert shown.count("ls /") == 2, shown
+        finally:
+            for client in (main, ops, operator):
+                await client.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `approvals.pending`/`attach` size each view with `json.dumps(ensure_ascii=False)"
+    ".encode()`, which raises on a lone surrogate; a path the gateway read from the agent's own tree "
+    "(a dir named b'\\xff', decoded with surrogateescape) puts one in the ask's resolvedPath, and the "
+    "operator's inbox fails (`internal`) for every agent while that ask waits",
+)
+async def test_class5_a_non_utf8_dir_name_in_one_ask_breaks_the_operators_inbox(state_dir: Path) -> None:
+    """Agent main's own tree holds a program under a directory whose name is not UTF-8 (any run of the
+    agent can make one: `mkdir $'\\xff'`), reached through a link with a plain name. Its `./p` asks;
+    agent ops asks for `ls /` as usual. The operator must see ops's ask in its inbox."""
+    write_config(state_dir, ALLOWLIST + listed("ops"))
+    ops_token = principals.mint(state_dir, "ops")
+    work = state_dir.parent / "w"
+    odd = os.path.join(os.fsencode(work), b"\xff")
+    os.makedirs(odd)
+    prog = os.path.join(odd, b"p")
+    with open(prog, "wb") as f:
+        f.write(b"#!/bin/sh\necho hi\n")
+    os.chmod(prog, 0o755)
+    os.symlink(prog, work / "p")
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        ops = await connect(state_dir, operator=False, credential=ops_token)
+        operator = await connect(state_dir)
+        try:
+            odd_ask = await main.request("exec", {"command": "./p", "workdir": str(work)})
+            assert odd_ask["details"]["status"] == "approval-pending", odd_ask
+            small = await ops.request("exec", {"command": "ls /"})
+            assert small["details"]["status"] == "approval-pending"
+            shown: list[str] = []
+            for method in ("approvals.pending", "approvals.attach"):
+                try:
+                    page = await operator.request(method, {})
+                except RemoteError as exc:
+                    shown.append(f"{method}: {exc.code} {exc.message[:80]}")
+                    continue
+                shown += [str(row.get("command"))[:20] for row in page.get("approvals", [])]
+            assert shown.count("ls /") == 2, shown
+        finally:
+            for client in (main, ops, operator):
                 await client.close()
