@@ -249,3 +249,35 @@ async def _ran(client: Any, ask: str) -> bool:
     got = await client.request("approvals.status", {"approvalId": ask})
     run = got["details"].get("run") or {}
     return run.get("status") in ("completed", "failed", "denied")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the pending-ask caps are 32 per principal and 256 in all, and the total counts the "
+    "operator's own share with the agents': eight agents' 32 asks each fill it, and the operator's own "
+    "exec is refused (APPROVAL_QUEUE_FULL), where connections keep the last 16 slots for the operator",
+)
+async def test_class3_eight_agents_asks_refuse_the_operators_own_exec(state_dir: Path) -> None:
+    """Eight agents (each within its own share of 32 waiting asks) ask 32 times each. The operator then
+    runs a command of its own that asks: its share (`_operator`) is empty, and no agent's asks may reach
+    what the operator needs (the connections' table keeps the operator 16 slots no agent can take)."""
+    names = [f"a{i}" for i in range(8)]
+    write_config(state_dir, ALLOWLIST + listed(*names))
+    tokens = {name: principals.mint(state_dir, name) for name in names}
+    async with gateway(state_dir):
+        agents = [await connect(state_dir, operator=False, credential=tokens[name]) for name in names]
+        operator = await connect(state_dir)
+        try:
+            for n, agent in enumerate(agents):
+                asks = [agent.request("exec", {"command": f"ls /n{n}-{i}"}) for i in range(32)]
+                for got in await asyncio.gather(*asks):
+                    assert got["details"]["status"] == "approval-pending", got
+            try:
+                mine = await operator.request("exec", {"command": "ls /operators-own"})
+                status = mine["details"]["status"]
+            except RemoteError as exc:
+                status = f"{exc.code}: {exc.message[:120]}"
+            assert status == "approval-pending", status
+        finally:
+            for client in (*agents, operator):
+                await client.close()
