@@ -1,0 +1,74 @@
+"""Fresh round 17 c: state, crashes and egress — what the gateway keeps on disk and across restarts, judged
+by who may write it, and the egress proxy's names (classes 7, 2, 6 on durable state; 1 and 4 on egress)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.gateway import FULL, connect, gateway, write_config
+
+NOBODY = 65534
+
+
+def as_nobody(script: str) -> None:
+    """Run `script` (sh) as another local account: what it does, that account could do."""
+    subprocess.run(
+        ["/bin/sh", "-ec", script], user=NOBODY, group=NOBODY, extra_groups=[], check=True, cwd="/"
+    )
+
+
+def q(path: object) -> str:
+    return shlex.quote(str(path))
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="another account needs root to stand in for it")
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: judge() resolves links and judges only the real state dir, but the gateway keeps using "
+    "the path as named; another account that owns a link on the way (in a sticky dir) re-points it while "
+    "the gateway runs, and from then on the gateway reads its tokens (and helpers, config) in that "
+    "account's dir: the operator's own connection is refused at its next request.",
+)
+async def test_a_link_on_the_state_dirs_way_owned_by_another_account_is_repointed_after_adoption(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's state dir is named through a link in a sticky world-writable dir (a /tmp-like dir)
+    that another account made: `judge` resolves it (the real dir is root's, in root's dirs) and the
+    gateway adopts it. That account re-points its link at a dir of its own: every path the running
+    gateway opens goes there (its tokens, `sandbox-bin/` whose helpers a stamp file beside them vouches
+    for, `egress/`), so the operator is locked out of their own gateway at once; a forwarder planted with
+    its stamp there (the source's digest is public) is what the next agent's first host run starts as
+    root, when the link is moved for the moment between that run's proof check and its netkeep's exec."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)  # traversable, not writable by others: judge accepts it
+    write_config(state_dir, FULL)
+    pub = root / "pub"
+    pub.mkdir()
+    os.chmod(pub, 0o1777)  # sticky and world-writable, as /tmp
+    evil = pub / "evil"
+    # The other account's link, to the operator's real (recorded) state dir's parent.
+    as_nobody(f"ln -s {q(root)} {q(pub / 'l')}")
+    named = pub / "l" / "s"
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(named))
+    async with gateway(named):
+        client = await connect(named)  # the operator's client, connected before the move
+        try:
+            assert (await client.request("status"))["pid"] == os.getpid()
+            # the other account: a dir of its own with the operator's config linked in (still root's
+            # file, so the gateway's policy reads as before), and its link moved there
+            as_nobody(
+                f"mkdir -p {q(evil / 's')}; chmod 777 {q(evil)}\n"
+                f"ln -s {q(state_dir / 'config.toml')} {q(evil / 's' / 'config.toml')}\n"
+                f"ln -s {q(evil)} {q(pub / 'l2')}; mv -T {q(pub / 'l2')} {q(pub / 'l')}\n"
+            )
+            assert (await client.request("status"))["pid"] == os.getpid()
+        finally:
+            await client.close()
