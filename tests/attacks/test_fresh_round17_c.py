@@ -3,14 +3,19 @@ by who may write it, and the egress proxy's names (classes 7, 2, 6 on durable st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers.gateway import FULL, connect, gateway, write_config
+from tests.attacks.harness import ALLOWLIST
+from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.pending import stored_asks
 
 NOBODY = 65534
 
@@ -72,3 +77,68 @@ async def test_a_link_on_the_state_dirs_way_owned_by_another_account_is_repointe
             assert (await client.request("status"))["pid"] == os.getpid()
         finally:
             await client.close()
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A filesystem of `size` at `where` (root only): what a full disk looks like, deterministically."""
+    where.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@needs_root
+async def test_class7_an_approved_run_that_fills_the_disk_and_is_removed_never_runs_again(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Held.) An allow-once run fills the filesystem the state dir is on (through a hostWritable dir
+    there, as a home is), and while it still runs the agent files another ask whose journal line is
+    longer than the page the journal ends in (its append fills that page and fails); the run ends, the
+    agent removes its session (`process remove`: its files go), the disk is freed and the gateway
+    restarts. The run's `starting` note was settled in the journal right after the spawn (a detached
+    run's note is `running` then), before anything the command did, so nothing runs a second time."""
+    with small_tmpfs(state_dir.parent / "t", "6m") as fs:
+        state, work = fs / "s", fs / "w"
+        work.mkdir()
+        count, fill, gate = work / "count", work / "fill", work / "gate"
+        os.mkfifo(gate)
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        state.mkdir(mode=0o700)
+        write_config(state, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+        command = f"echo ran >> {count}; head -c 64M /dev/zero > {fill}; cat {gate}"
+        async with gateway(state):
+            agent = await connect(state, "agent", operator=False)
+            operator = await connect(state, "op")
+            try:
+                asked = await agent.request("exec", {"command": command, "workdir": str(work)})
+                aid = asked["details"]["approvalId"]
+                await operator.request("approve", {"id": aid, "decision": "allow-once"})
+                await wait_until(lambda: os.statvfs(fs).f_bavail == 0 and count.exists(), timeout=20)
+                with contextlib.suppress(Exception):  # its answer does not matter, its journal line does
+                    await agent.request("exec", {"command": "echo " + "x" * 6000, "workdir": str(work)})
+                with open(gate, "w") as g:  # the approved run ends now
+                    g.write("done\n")
+
+                async def run_over() -> dict[str, Any] | None:
+                    got = await operator.request("approvals.status", {"approvalId": aid})
+                    run = got["details"].get("run") or {}
+                    return run if run.get("status") not in (None, "starting", "running") else None
+
+                run = await wait_until(run_over, timeout=20)
+                await agent.request("process", {"action": "remove", "sessionId": run["sessionId"]})
+            finally:
+                await agent.close()
+                await operator.close()
+        fill.unlink()
+        async with gateway(state):
+            operator = await connect(state, "op")
+            try:
+                await wait_until(lambda: not stored_asks(state), timeout=20)
+                got = await operator.request("approvals.status", {"approvalId": aid})
+                assert (got["details"].get("run") or {}).get("status") not in ("starting", "running")
+            finally:
+                await operator.close()
+        assert count.read_text() == "ran\n", "the approved command ran twice"
