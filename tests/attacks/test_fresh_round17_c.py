@@ -3,6 +3,7 @@ by who may write it, and the egress proxy's names (classes 7, 2, 6 on durable st
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shlex
@@ -142,3 +143,102 @@ async def test_class7_an_approved_run_that_fills_the_disk_and_is_removed_never_r
             finally:
                 await operator.close()
         assert count.read_text() == "ran\n", "the approved command ran twice"
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a foreground approved run's end is journaled with no room checked: an agent whose run "
+    "fills the state dir's filesystem (a hostWritable dir on it) and files a long ask meanwhile (its "
+    "torn append fills the journal's last page) leaves the journal saying `starting`; the next gateway "
+    "starts the allow-once command a second time.",
+)
+async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_again(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An allow-once run the caller waits for (an approver is attached): its `starting` note reaches the
+    pending journal, then the command fills the filesystem the state dir is on (through a hostWritable
+    dir there, as a home is). While it runs, the agent files another ask whose journal line is longer
+    than the room left in the journal's last page: that append fills the page and fails. The run ends:
+    its settled line finds no room and is not saved ("a write that fails counts as done"; the run's
+    result was already returned). The disk is freed (the agent's own file); at the next start the
+    journal says "starting" and the approved-once command runs a second time."""
+    with small_tmpfs(state_dir.parent / "t", "6m") as fs:
+        state, work = fs / "s", fs / "w"
+        work.mkdir()
+        fill, gate, runs = work / "fill", work / "gate", work / "runs"
+        journal = state / "pending-approvals.json.journal"
+        os.mkfifo(gate)
+        runs.mkdir()  # one file per run of the approved command
+        cwd = work / "cwd"  # where it runs: nothing it does changes what it was approved with
+        cwd.mkdir()
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # as the daemon runs them: in the session host
+        state.mkdir(mode=0o700)
+        write_config(state, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+        command = (
+            f"mktemp -p {runs} >/dev/null; head -c 64M /dev/zero > {fill} 2>/dev/null; echo end > {gate}"
+        )
+        async with gateway(state) as server:
+            agent = await connect(state, "agent", operator=False)
+            other = await connect(state, "agent2", operator=False)
+            operator = await connect(state, "op")
+            waiting: list[asyncio.Future[Any]] = []
+            try:
+                await operator.request("approvals.attach", {})
+                run = asyncio.ensure_future(agent.request("exec", {"command": command, "workdir": str(cwd)}))
+                waiting.append(run)
+                pending = await wait_until(lambda: _pending(operator), timeout=20)
+                aid = pending[0]["id"]
+                await operator.request("approve", {"id": aid, "decision": "allow-once"})
+                await wait_until(lambda: os.statvfs(fs).f_bavail == 0 and any(runs.iterdir()), timeout=20)
+                before = journal.stat().st_size
+                # a long ask: its journal line fills the journal's last page, and its append fails
+                long = {"command": "echo " + "x" * 6000, "workdir": str(cwd)}
+                waiting.append(asyncio.ensure_future(other.request("exec", long)))
+                await wait_until(
+                    lambda: journal.stat().st_size > before and journal.stat().st_size % 4096 == 0
+                )
+                await server.services.journal.flush()  # what B's ask queued is written (or failed)
+                top_up(fill)  # whatever a failed write gave back meanwhile is the agent's file's again
+                with open(gate) as g:  # the approved run ends now
+                    g.read()
+                assert (await run)["details"]["status"] == "completed"
+            finally:
+                for task in waiting:
+                    task.cancel()
+                for client in (agent, other, operator):
+                    await client.close()
+        fill.unlink()
+        async with gateway(state):
+            operator = await connect(state, "op")
+            try:
+
+                async def over() -> bool:
+                    got = await operator.request("approvals.status", {"approvalId": aid})
+                    final = (got["details"].get("run") or {}).get("status") not in (
+                        None,
+                        "starting",
+                        "running",
+                    )
+                    return final or len(list(runs.iterdir())) > 1
+
+                await wait_until(over, timeout=20)
+                assert len(list(runs.iterdir())) == 1, "the approved-once command ran a second time"
+            finally:
+                await operator.close()
+                with contextlib.suppress(OSError):  # a second run waits to write its end: let it
+                    fd = os.open(gate, os.O_RDONLY | os.O_NONBLOCK)
+                    os.close(fd)
+
+
+def top_up(path: Path) -> None:
+    """Append to `path` until its filesystem is full."""
+    with contextlib.suppress(OSError), open(path, "ab", buffering=0) as f:
+        while True:
+            f.write(b"\0" * 4096)
+
+
+async def _pending(operator: Any) -> list[dict[str, Any]]:
+    got = await operator.request("approvals.pending", {})
+    return list(got.get("approvals") or [])
