@@ -208,12 +208,6 @@ async def test_class5_a_non_utf8_path_in_a_decided_ask_breaks_the_operators_hist
                 await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `approvals.status` shows every requester the record's `run`, which is its first "
-    "requester's; agent main, joining the operator's own ask with the identical call, reads the tail of "
-    "the operator's run (its own /tmp, never main's) once the operator approves the two",
-)
 async def test_class2_agent_main_reads_the_operators_run_output_through_a_joined_ask(state_dir: Path) -> None:
     """The operator keeps a note in its own /tmp (its own places, never main's: fresh round 15 b) and
     runs `cat /tmp/op-note` naming no agent (main's policy: it asks). Agent main sends the identical call
