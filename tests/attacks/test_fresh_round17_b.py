@@ -277,13 +277,6 @@ async def test_class3_eight_agents_asks_refuse_the_operators_own_exec(state_dir:
                 await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the gateway's own watch (every second) looks at gateway.json, operator.json and the "
-    "config, never at the agents' credential files: a credential re-minted on disk (an offline `agents "
-    "add --rotate`, a restore) leaves the leaked one's live connection running commands until somebody "
-    "runs `agents refresh`, where a replaced gateway token's holder is cut within a second",
-)
 async def test_class1_a_credential_re_minted_on_disk_keeps_its_live_connection(state_dir: Path) -> None:
     """Agent ops's credential leaked to an attacker, who holds a connection with it. The operator re-mints
     ops's credential on disk (the file rewritten, as `agents add --rotate` does when it cannot reach the
@@ -297,8 +290,7 @@ async def test_class1_a_credential_re_minted_on_disk_keeps_its_live_connection(s
             first = await attacker.request("exec", {"command": "echo before"})
             assert "before" in first["text"], first
             principals.mint(state_dir, "ops")  # the new credential: the leaked one is no longer ops's
-            server.services.live_config.get()  # the watch's look (server._watch_files), now
-            server._tokens_now()
+            server.look_at_files()  # the watch's look (server._watch_files), now
             await wait_until(lambda: not server._rechecks)
             try:
                 after = await attacker.request("exec", {"command": "echo after-the-rotation"})
