@@ -219,8 +219,8 @@ def _memory_cap(cgroup_lines: str, limits: str) -> int:
 )
 @pytest.mark.skipif(not Path("/sys/fs/cgroup/memory").is_dir(), reason="a v1 memory hierarchy")
 async def test_class3_a_host_runs_memory_is_no_agents_share(state_dir: Path) -> None:
-    """The control is the gateway's own memory cap (this process's: the gateway is in-process): an
-    agent's host run must be held to less, a share of its own, as its pids are."""
+    """An agent's host run must be charged to a memory group of its agent's (not the gateway's own: the
+    gateway is this process), capped at a share (a quarter, as its sandboxes' RAM and its pids are)."""
     from tests.helpers.gateway import connect, gateway, write_config
 
     # (full, to read its own /proc entries without an ask: every host run is the same process-wise)
@@ -234,8 +234,12 @@ async def test_class3_a_host_runs_memory_is_no_agents_share(state_dir: Path) -> 
     text = result["text"]
     assert result["details"]["status"] == "completed", result
     cgroups = "\n".join(line for line in text.splitlines() if line[:1].isdigit() and line.count(":") >= 2)
-    own = _memory_cap(Path("/proc/self/cgroup").read_text(), Path("/proc/self/limits").read_text())
-    assert _memory_cap(cgroups, text) < own, "agent main's host run may take all the RAM the gateway may"
+    mine = Path("/proc/self/cgroup").read_text()
+    group = [line for line in cgroups.splitlines() if "memory" in line.split(":")[1].split(",")]
+    own = [line for line in mine.splitlines() if "memory" in line.split(":")[1].split(",")]
+    assert group != own, f"agent main's host run is in the gateway's own memory group {own}"
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert _memory_cap(cgroups, text) <= ram // 4, "agent main's host run may take more than its quarter"
 
 
 @pytest.mark.xfail(
@@ -311,3 +315,66 @@ async def test_class1_a_host_run_leaves_a_setuid_program_of_the_gateways_uid(sta
     assert not mode & (stat.S_ISUID | stat.S_ISGID), (
         f"{planted} is {stat.filemode(mode)}, uid {os.stat(planted).st_uid}, on the host"
     )
+
+
+# io_setup(2) on x86_64 / aarch64: one AIO context of the host-wide fs.aio-max-nr, then io_destroy(2).
+_AIO_PROBE = (
+    "import ctypes,os\n"
+    "libc=ctypes.CDLL(None,use_errno=True)\n"
+    "nr={'x86_64':(206,207),'aarch64':(0,1)}[os.uname().machine]\n"
+    "ctx=ctypes.c_ulong(0)\n"
+    "r=libc.syscall(nr[0],1,ctypes.byref(ctx))\n"
+    "print('aio', 'made' if r==0 else 'refused %d' % ctypes.get_errno())\n"
+    "r==0 and libc.syscall(nr[1],ctx)\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: io_setup is refused in both sandbox backends (round 10 b: fs.aio-max-nr is one count for "
+    "the whole host, no namespace or cgroup divides it, and one command took all 65,536), but a gateway-host "
+    "run's filter (hostenter confine.c) refuses only keyrings, io_uring and socket families: one agent's "
+    "approved script holds every AIO context and no program of the host (the operator's database) gets one",
+)
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers")
+async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path) -> None:
+    script = state_dir.parent / "h" / "aio.py"  # (in the home: read-only in the view, and shown)
+    script.write_text(_AIO_PROBE)
+    script.chmod(0o644)
+    details = await attempt(
+        state_dir,
+        f"/usr/bin/python3 {script}",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+    )
+    assert "aio " in details["_text"], details["_text"]
+    assert "aio made" not in details["_text"], "a host run made an AIO context of the host's count"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a gateway-host run gets no CPU share of its agent's: it stays in the gateway's own cpu "
+    "cgroup (no group per agent, no quota, no shares), so one agent's 64 sessions of an allowlisted, "
+    "tree-safe `yes > /dev/null` take 64 parts of every core against the gateway's one (its event loop, "
+    "every other agent's runs, the operator's console); Docker sandboxes have `cpus`, host runs nothing",
+)
+@pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu").is_dir(), reason="a v1 cpu hierarchy")
+async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path) -> None:
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    async with gateway(state_dir):
+        client = await connect(state_dir, operator=False)  # agent main, by the gateway token
+        try:
+            result = await client.request("exec", {"command": "cat /proc/self/cgroup"})
+        finally:
+            await client.close()
+
+    def cpu_group(text: str) -> str:
+        for line in text.splitlines():
+            parts = line.split(":", 2)
+            if len(parts) == 3 and "cpu" in parts[1].split(","):
+                return parts[2].strip()
+        return ""
+
+    run, own = cpu_group(result["text"]), cpu_group(Path("/proc/self/cgroup").read_text())
+    assert run and run != own, f"agent main's host run shares the gateway's own cpu group {own!r}"
