@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine import principals
+from engine import fairpool, principals
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
 
@@ -300,3 +300,37 @@ async def test_class1_a_credential_re_minted_on_disk_keeps_its_live_connection(s
             assert not ran, "the leaked credential's connection still runs commands"
         finally:
             await attacker.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own exec (naming no agent) is decided in the fair pool as agent main's "
+    "call (`fairpool.decisions.run(ctx.owner)`, owner = main), one at a time with main's: main's slow "
+    "decisions (a glob the view walks for up to 5 s each, one per connection) hold the operator's back",
+)
+async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(state_dir: Path) -> None:
+    """Agent main sends, on four connections, a command whose glob the decision expands in its view over a
+    tree of links to itself (`d/*/*/*/*/*/*/*/zzz`: ten million lookups, cut at the expansion's 5 s). The
+    pool runs one call of a principal at a time, and the other worker is free for every other principal.
+    The operator then runs `ls /` of its own: it must be decided at once, not after main's queue."""
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    tree = work / "d"
+    tree.mkdir(parents=True)
+    for i in range(10):
+        os.symlink(".", tree / f"l{i}")
+    async with gateway(state_dir):
+        mains = [await connect(state_dir, operator=False) for _ in range(4)]
+        operator = await connect(state_dir)
+        try:
+            slow = {"command": "ls d/*/*/*/*/*/*/*/zzz", "workdir": str(work)}
+            theirs = [asyncio.ensure_future(client.request("exec", slow)) for client in mains]
+            await wait_until(lambda: fairpool.decisions.waiting("main") >= 3, timeout=30)
+            mine = await operator.request("exec", {"command": "ls /", "workdir": str(work)})
+            assert mine["details"]["status"] == "approval-pending", mine
+            behind = sum(1 for task in theirs if task.done())
+            await asyncio.gather(*theirs, return_exceptions=True)
+            assert behind < len(theirs), "the operator's own exec was decided only after all of main's"
+        finally:
+            for client in (*mains, operator):
+                await client.close()
