@@ -204,6 +204,7 @@ async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_aga
                 with open(gate) as g:  # the approved run ends now
                     g.read()
                 assert (await run)["details"]["status"] == "completed"
+                await server.services.journal.flush()  # its end's line was written, or failed
             finally:
                 for task in waiting:
                     task.cancel()
