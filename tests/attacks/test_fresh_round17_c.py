@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from engine.commands import gatewaydirs
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 from tests.helpers.pending import stored_asks
@@ -243,3 +244,46 @@ def top_up(path: Path) -> None:
 async def _pending(operator: Any) -> list[dict[str, Any]]:
     got = await operator.request("approvals.pending", {})
     return list(got.get("approvals") or [])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: adopt() lets an unrecorded state dir hold config.toml and exec-approvals.json "
+    "(OPERATOR_MADE) whoever wrote them: a host run (this account's uid) that plants a config in a dir "
+    "it may write decides the policy of the gateway the operator later starts there.",
+)
+async def test_class4_an_unrecorded_state_dir_holding_a_config_a_host_run_planted_is_adopted(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host run of agent main writes, in a dir it may write (a hostWritable project dir), the state dir
+    the operator will later give a second gateway (a project's own), holding only `config.toml` — the
+    one name besides the allowlist file an unrecorded state dir may hold — with `security = "full"`,
+    `ask = "off"`. Its owner is the gateway's uid, like every host run's file, so the loader takes it.
+    The operator starts that gateway with no config of their own (the defaults ask): it adopts the dir,
+    and every command of every agent runs unasked."""
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o700)
+    planted = work / "project-state"
+    write_config(state_dir, FULL + f'hostWritable = ["{work}"]\n')
+    text = '[tools.exec]\\nhost = \\"gateway\\"\\nsecurity = \\"full\\"\\nask = \\"off\\"\\n'
+    config = planted / "config.toml"
+    plant = f'mkdir -m 700 {planted} && printf "{text}" > {config} && chmod 600 {config}'
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            done = await client.request("exec", {"command": plant, "workdir": str(work)})
+        finally:
+            await client.close()
+    assert done["details"]["status"] == "completed", done
+    assert sorted(os.listdir(planted)) == ["config.toml"]
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(planted))
+    try:
+        async with gateway(planted):
+            client = await connect(planted, "agent", operator=False)
+            try:
+                ran = await client.request("exec", {"command": "echo unasked", "workdir": str(work)})
+            finally:
+                await client.close()
+    except gatewaydirs.StateDirRefusedError:
+        return  # refused at start: what a host run chose is never a gateway's policy
+    assert ran["details"]["status"] in ("approval-pending", "denied"), ran["details"]
