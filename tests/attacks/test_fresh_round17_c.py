@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import shlex
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from engine import unixsock
 from engine.commands import gatewaydirs
+from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 from tests.helpers.pending import stored_asks
@@ -287,3 +290,57 @@ async def test_class4_an_unrecorded_state_dir_holding_a_config_a_host_run_plante
     except gatewaydirs.StateDirRefusedError:
         return  # refused at start: what a host run chose is never a gateway's policy
     assert ran["details"]["status"] in ("approval-pending", "denied"), ran["details"]
+
+
+IMPOSTOR = """
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+open(sys.argv[2], "w").close()
+while True:
+    c, _ = s.accept()
+    c.close()
+"""
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the agents' socket's dir is checked for its own owner only, never judged as a state dir "
+    "is (its ancestors): another account that may write a dir above it moves the gateway's dir aside "
+    "and serves the path itself, and every agent account's client dials it (no peer check there).",
+)
+async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_taken_over(
+    state_dir: Path,
+) -> None:
+    """`[gateway] agentSocket` names a path whose dir the gateway makes (0750, its own), in a dir another
+    account may write. That account renames the gateway's dir (an entry of its own dir) and binds its own
+    socket at the path: an agent account's client, which by design sends no token and checks no peer on
+    the agents' socket, now talks to that account (its commands, its env values, the answers it trusts)."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)  # a dir the other account may write (its own)
+    path = shared / "exechost" / "agents.sock"
+    write_config(state_dir, FULL + f'\n[gateway]\nagentSocket = "{path}"\nagentGroup = "nogroup"\n')
+    try:
+        async with gateway(state_dir):
+            assert path.exists()
+            ready = shared / "ready"
+            as_nobody(f"mv {q(path.parent)} {q(shared / 'old')} && mkdir {q(path.parent)}")
+            impostor = subprocess.Popen(
+                ["/usr/bin/python3", "-c", IMPOSTOR, str(path), str(ready)], user=NOBODY, group=NOBODY
+            )
+            try:
+                await wait_until(ready.exists)
+                with socket.socket(socket.AF_UNIX) as dial:
+                    dial.connect(str(path))
+                    peer = unixsock.peer_info(dial)
+                assert peer is not None and peer.uid == os.geteuid(), f"the agents' socket is uid {peer}'s"
+            finally:
+                impostor.kill()
+                impostor.wait()
+    except GatewayBusy:
+        return  # refused at start: a dir another account may write never holds the agents' socket
