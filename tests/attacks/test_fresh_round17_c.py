@@ -4,6 +4,7 @@ by who may write it, and the egress proxy's names (classes 7, 2, 6 on durable st
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import shlex
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from engine import unixsock
+from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
@@ -344,3 +346,48 @@ async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_ta
                 impostor.wait()
     except GatewayBusy:
         return  # refused at start: a dir another account may write never holds the agents' socket
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: adopt() lets an unrecorded state dir hold exec-approvals.json whoever wrote it: a host "
+    "run that plants an allowlist where the operator later starts a gateway (with a config of their "
+    "own) has its commands run unasked there.",
+)
+async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir_is_adopted(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the operator writes their own config (allowlist, ask on miss) into the dir before the
+    start: the allowlist file the host run planted beside it (`exec-approvals.json`, the other name an
+    unrecorded state dir may hold, owned by the gateway's uid as every host run's file is) is the
+    gateway's allowlist, and agent main's `id` runs unasked."""
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o700)
+    planted = work / "project-state"
+    scratch = state_dir.parent / "scratch"
+    scratch.mkdir()
+    ApprovalsStore(scratch / "exec-approvals.json").add_allowlist("main", "/usr/bin/id")
+    blob = base64.b64encode((scratch / "exec-approvals.json").read_bytes()).decode()
+    approvals = planted / "exec-approvals.json"
+    plant = f"mkdir -m 700 {planted} && echo {blob} | base64 -d > {approvals} && chmod 600 {approvals}"
+    write_config(state_dir, FULL + f'hostWritable = ["{work}"]\n')
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            done = await client.request("exec", {"command": plant, "workdir": str(work)})
+        finally:
+            await client.close()
+    assert done["details"]["status"] == "completed", done
+    assert sorted(os.listdir(planted)) == ["exec-approvals.json"]
+    write_config(planted, ALLOWLIST)  # the operator's own config for the new gateway
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(planted))
+    try:
+        async with gateway(planted):
+            client = await connect(planted, "agent", operator=False)
+            try:
+                ran = await client.request("exec", {"command": "id", "workdir": str(work)})
+            finally:
+                await client.close()
+    except gatewaydirs.StateDirRefusedError:
+        return  # refused at start: what a host run chose is never a gateway's policy
+    assert ran["details"]["status"] in ("approval-pending", "denied"), ran["details"]
