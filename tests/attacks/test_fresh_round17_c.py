@@ -4,9 +4,11 @@ by who may write it, and the egress proxy's names (classes 7, 2, 6 on durable st
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import shlex
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,10 @@ from typing import Any
 
 import pytest
 
+from engine import unixsock
+from engine.approvals.store import ApprovalsStore
+from engine.commands import gatewaydirs
+from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 from tests.helpers.pending import stored_asks
@@ -204,6 +210,7 @@ async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_aga
                 with open(gate) as g:  # the approved run ends now
                     g.read()
                 assert (await run)["details"]["status"] == "completed"
+                await server.services.journal.flush()  # its end's line was written, or failed
             finally:
                 for task in waiting:
                     task.cancel()
@@ -242,3 +249,145 @@ def top_up(path: Path) -> None:
 async def _pending(operator: Any) -> list[dict[str, Any]]:
     got = await operator.request("approvals.pending", {})
     return list(got.get("approvals") or [])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: adopt() lets an unrecorded state dir hold config.toml and exec-approvals.json "
+    "(OPERATOR_MADE) whoever wrote them: a host run (this account's uid) that plants a config in a dir "
+    "it may write decides the policy of the gateway the operator later starts there.",
+)
+async def test_class4_an_unrecorded_state_dir_holding_a_config_a_host_run_planted_is_adopted(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host run of agent main writes, in a dir it may write (a hostWritable project dir), the state dir
+    the operator will later give a second gateway (a project's own), holding only `config.toml` — the
+    one name besides the allowlist file an unrecorded state dir may hold — with `security = "full"`,
+    `ask = "off"`. Its owner is the gateway's uid, like every host run's file, so the loader takes it.
+    The operator starts that gateway with no config of their own (the defaults ask): it adopts the dir,
+    and every command of every agent runs unasked."""
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o700)
+    planted = work / "project-state"
+    write_config(state_dir, FULL + f'hostWritable = ["{work}"]\n')
+    text = '[tools.exec]\\nhost = \\"gateway\\"\\nsecurity = \\"full\\"\\nask = \\"off\\"\\n'
+    config = planted / "config.toml"
+    plant = f'mkdir -m 700 {planted} && printf "{text}" > {config} && chmod 600 {config}'
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            done = await client.request("exec", {"command": plant, "workdir": str(work)})
+        finally:
+            await client.close()
+    assert done["details"]["status"] == "completed", done
+    assert sorted(os.listdir(planted)) == ["config.toml"]
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(planted))
+    try:
+        async with gateway(planted):
+            client = await connect(planted, "agent", operator=False)
+            try:
+                ran = await client.request("exec", {"command": "echo unasked", "workdir": str(work)})
+            finally:
+                await client.close()
+    except gatewaydirs.StateDirRefusedError:
+        return  # refused at start: what a host run chose is never a gateway's policy
+    assert ran["details"]["status"] in ("approval-pending", "denied"), ran["details"]
+
+
+IMPOSTOR = """
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+open(sys.argv[2], "w").close()
+while True:
+    c, _ = s.accept()
+    c.close()
+"""
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the agents' socket's dir is checked for its own owner only, never judged as a state dir "
+    "is (its ancestors): another account that may write a dir above it moves the gateway's dir aside "
+    "and serves the path itself, and every agent account's client dials it (no peer check there).",
+)
+async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_taken_over(
+    state_dir: Path,
+) -> None:
+    """`[gateway] agentSocket` names a path whose dir the gateway makes (0750, its own), in a dir another
+    account may write. That account renames the gateway's dir (an entry of its own dir) and binds its own
+    socket at the path: an agent account's client, which by design sends no token and checks no peer on
+    the agents' socket, now talks to that account (its commands, its env values, the answers it trusts)."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)  # a dir the other account may write (its own)
+    path = shared / "exechost" / "agents.sock"
+    write_config(state_dir, FULL + f'\n[gateway]\nagentSocket = "{path}"\nagentGroup = "nogroup"\n')
+    try:
+        async with gateway(state_dir):
+            assert path.exists()
+            ready = shared / "ready"
+            as_nobody(f"mv {q(path.parent)} {q(shared / 'old')} && mkdir {q(path.parent)}")
+            impostor = subprocess.Popen(
+                ["/usr/bin/python3", "-c", IMPOSTOR, str(path), str(ready)], user=NOBODY, group=NOBODY
+            )
+            try:
+                await wait_until(ready.exists)
+                with socket.socket(socket.AF_UNIX) as dial:
+                    dial.connect(str(path))
+                    peer = unixsock.peer_info(dial)
+                assert peer is not None and peer.uid == os.geteuid(), f"the agents' socket is uid {peer}'s"
+            finally:
+                impostor.kill()
+                impostor.wait()
+    except GatewayBusy:
+        return  # refused at start: a dir another account may write never holds the agents' socket
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: adopt() lets an unrecorded state dir hold exec-approvals.json whoever wrote it: a host "
+    "run that plants an allowlist where the operator later starts a gateway (with a config of their "
+    "own) has its commands run unasked there.",
+)
+async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir_is_adopted(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the operator writes their own config (allowlist, ask on miss) into the dir before the
+    start: the allowlist file the host run planted beside it (`exec-approvals.json`, the other name an
+    unrecorded state dir may hold, owned by the gateway's uid as every host run's file is) is the
+    gateway's allowlist, and agent main's `id` runs unasked."""
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o700)
+    planted = work / "project-state"
+    scratch = state_dir.parent / "scratch"
+    scratch.mkdir()
+    ApprovalsStore(scratch / "exec-approvals.json").add_allowlist("main", "/usr/bin/id")
+    blob = base64.b64encode((scratch / "exec-approvals.json").read_bytes()).decode()
+    approvals = planted / "exec-approvals.json"
+    plant = f"mkdir -m 700 {planted} && echo {blob} | base64 -d > {approvals} && chmod 600 {approvals}"
+    write_config(state_dir, FULL + f'hostWritable = ["{work}"]\n')
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            done = await client.request("exec", {"command": plant, "workdir": str(work)})
+        finally:
+            await client.close()
+    assert done["details"]["status"] == "completed", done
+    assert sorted(os.listdir(planted)) == ["exec-approvals.json"]
+    write_config(planted, ALLOWLIST)  # the operator's own config for the new gateway
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(planted))
+    try:
+        async with gateway(planted):
+            client = await connect(planted, "agent", operator=False)
+            try:
+                ran = await client.request("exec", {"command": "id", "workdir": str(work)})
+            finally:
+                await client.close()
+    except gatewaydirs.StateDirRefusedError:
+        return  # refused at start: what a host run chose is never a gateway's policy
+    assert ran["details"]["status"] in ("approval-pending", "denied"), ran["details"]
