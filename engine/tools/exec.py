@@ -240,7 +240,9 @@ class ExecTool:
             # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
             # pool serves principals in turn, so one agent's burst does not queue the others (fairpool); on a
             # shared node each gateway's agent is a principal of its own (ExecContext.owner).
-            return await fairpool.decisions.run(ctx.owner, decide_now, ctx.caller)
+            return await fairpool.decisions.run(
+                fairpool.queue_of(ctx.operator, ctx.owner), decide_now, ctx.caller
+            )
         except ApprovalsFileError as exc:
             # Fail closed: a broken approvals file can neither allow nor be silently ignored.
             raise ToolError(f"exec denied: {exc}") from None

@@ -302,12 +302,6 @@ async def test_class1_a_credential_re_minted_on_disk_keeps_its_live_connection(s
             await attacker.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own exec (naming no agent) is decided in the fair pool as agent main's "
-    "call (`fairpool.decisions.run(ctx.owner)`, owner = main), one at a time with main's: main's slow "
-    "decisions (a glob the view walks for up to 5 s each, one per connection) hold the operator's back",
-)
 async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(state_dir: Path) -> None:
     """Agent main sends, on four connections, a command whose glob the decision expands in its view over a
     tree of links to itself (`d/*/*/*/*/*/*/*/zzz`: ten million lookups, cut at the expansion's 5 s). The

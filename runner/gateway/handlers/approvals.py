@@ -177,7 +177,7 @@ async def history(services: Services, conn: Connection, req: ApprovalsHistory) -
 
 def _principal(conn: Connection) -> str:
     """Whose turn a history read takes in the fair pool: the operator's own queue, else the agent's."""
-    return "\x00operator" if conn.operator else conn.agent
+    return fairpool.queue_of(conn.operator, conn.agent)
 
 
 def _own_run(
