@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import fairpool, principals, statefs, unixsock
+from engine import fairpool, pathtrust, principals, statefs, unixsock
 from engine.commands import gatewaydirs, hostoutside
 from engine.errors import ExecHostError
 from engine.nodes import revoking
@@ -229,6 +229,14 @@ class GatewayServer:
         # chown first, then the mode: at no moment may another account write here or a stranger enter.
         os.chown(parent, -1, gid)
         os.chmod(parent, 0o750)  # noqa: S103 - group-readable on purpose: the agents' group
+        # Judged as a state dir is, by name and as it resolves: an account that may write a dir above it
+        # moves ours aside and serves the path itself to every agent account (fresh round 17 c).
+        named, real = os.path.abspath(parent), os.path.realpath(parent)
+        why = pathtrust.strict_hold(real, os.geteuid())
+        if not why and named != real:  # a link on the way is another name to judge: the real one is asked for
+            why = f"{named} resolves to {real} (a link on the way); name {real} itself"
+        if why:
+            raise GatewayBusy(f"{path}: the agents' socket directory is not this account's alone: {why}")
         self.agents_socket_path = path
         problem = unixsock.socket_path_problem(path)
         if problem is not None:

@@ -307,12 +307,6 @@ while True:
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the agents' socket's dir is checked for its own owner only, never judged as a state dir "
-    "is (its ancestors): another account that may write a dir above it moves the gateway's dir aside "
-    "and serves the path itself, and every agent account's client dials it (no peer check there).",
-)
 async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_taken_over(
     state_dir: Path,
 ) -> None:
