@@ -238,13 +238,6 @@ async def test_class3_a_host_runs_memory_is_no_agents_share(state_dir: Path) -> 
     assert _memory_cap(cgroups, text) < own, "agent main's host run may take all the RAM the gateway may"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treesafe lists `tree` with no option that runs a program, but `tree -R` (with -H and -L) "
-    "re-runs tree for each directory at the depth limit, and tree up to 1.8.0 (Debian 11, Ubuntu 20.04) "
-    'does it with system("tree -n -H \\"<dir name>\\" …"): a directory the agent named `$(cmd)` runs cmd '
-    "in a shell, unasked, from an allowlisted `tree`",
-)
 def test_class5_tree_dash_r_is_decided_to_run_no_program() -> None:
     """The decision, as the allowlist takes it (engine.commands.treesafe.is_tree_safe): tree's -R is a
     program-running option on the versions most LTS hosts ship, as find's -exec is."""
