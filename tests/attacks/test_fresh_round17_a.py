@@ -247,13 +247,6 @@ def test_class5_tree_dash_r_is_decided_to_run_no_program() -> None:
     assert not is_tree_safe(argv, "/usr/bin/tree"), "`tree -R -H . -L 1` is decided to run no program"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: on a node two gateways serve, each gateway's shared scope is a sandbox of its own "
-    "(`<fp>/shared`), but its owner is the plain name `shared` (dockercg.owner_of ignores the namespace for "
-    "that scope): both run as one host uid (sandboxuid.for_owner) and draw on one pids and RAM share, so "
-    "gateway A's agents take what gateway B's shared sandbox may use, and share files with it by DAC",
-)
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root node's sandboxes (a uid of their own)")
 async def test_class3_two_gateways_shared_scopes_on_a_node_are_one_owner(state_dir: Path) -> None:
