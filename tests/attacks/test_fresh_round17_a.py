@@ -117,13 +117,6 @@ async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: Docker keeps each container's environment in /var/lib/docker/containers/<id>/"
-    "config.v2.json, which a root gateway's host view shows (a read-only layer, readable): agent main's "
-    "allowlisted grep reads the docker.env key the operator gave agent ops's sandbox alone; the views cover "
-    "the workspace roots, not the engine's own records of the sandboxes",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search /var/lib/docker")
 @pytest.mark.parametrize("records", ["/var/lib/docker/containers", "/run/docker/containerd/daemon"])
 async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_runs(
@@ -156,6 +149,26 @@ async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_
     assert "up" in ops["_text"], ops
     assert main["status"] == "completed", main
     assert secret not in main["_text"], "agent main read ops's sandbox key from Docker's own records"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may read the engine's dirs")
+async def test_class1_no_engine_state_dir_shows_in_a_host_view(state_dir: Path) -> None:
+    """The neighbours of Docker's records: every engine state dir present here (its data-root and
+    exec-root, containerd's state and sockets: /run/containerd/containerd.sock is root's API too) is an
+    empty dir in the host view, whichever file or socket of it a run names."""
+    from engine.tools import enginestate
+
+    present = enginestate.state_dirs()
+    if not present:
+        pytest.skip("no container engine's state dir on this host")
+    details = await attempt(
+        state_dir,
+        "ls -A " + " ".join(present),
+        allow=[("/usr/bin/ls", None)],
+    )
+    assert details["status"] == "completed", details["_text"]
+    shown = [line for line in details["_text"].splitlines() if line and not line.endswith(":")]
+    assert shown == [], f"the host view shows the engine's records: {shown}"
 
 
 @pytest.mark.xfail(
