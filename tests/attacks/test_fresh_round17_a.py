@@ -282,14 +282,6 @@ async def test_class3_two_gateways_shared_scopes_on_a_node_are_one_owner(state_d
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a gateway-host run may give a file it writes set-id bits: the sandboxes' seccomp refuses "
-    "a mode with 06000 (round 8 q), the host runs' filter does not, so agent main's allowlisted cp and "
-    "chmod leave a setuid copy of a program, owned by the gateway's uid, in its hostWritable dir on the "
-    "host: whoever reaches that dir outside the view (another local account, an agent's own Unix account, "
-    "a tool the operator runs there) runs it as the gateway's account (root here)",
-)
 async def test_class1_a_host_run_leaves_a_setuid_program_of_the_gateways_uid(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     work.mkdir(mode=0o755)
