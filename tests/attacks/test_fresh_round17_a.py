@@ -320,13 +320,6 @@ _AIO_PROBE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: io_setup is refused in both sandbox backends (round 10 b: fs.aio-max-nr is one count for "
-    "the whole host, no namespace or cgroup divides it, and one command took all 65,536), but a gateway-host "
-    "run's filter (hostenter confine.c) refuses only keyrings, io_uring and socket families: one agent's "
-    "approved script holds every AIO context and no program of the host (the operator's database) gets one",
-)
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers")
 async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path) -> None:
     script = state_dir.parent / "h" / "aio.py"  # (in the home: read-only in the view, and shown)

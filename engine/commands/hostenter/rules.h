@@ -37,6 +37,9 @@ static const struct host_rule {
 #ifdef SYS_openat2
     {SYS_openat2, -1, ENOSYS},
 #endif
+#ifdef SYS_io_setup
+    {SYS_io_setup, -1, ENOSYS},
+#endif
 #ifdef SYS_chmod
     {SYS_chmod, 1, EPERM},
 #endif
