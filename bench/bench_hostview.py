@@ -112,6 +112,11 @@ def ops_cost(runs: int) -> dict[str, float]:
     )
     private = hostoutside.Outside(private=hostprivate.binds(state, "main", hostprivate.dests(None)))
     found["private dirs bound"] = per_call(lambda: hostview.view_args(state, None, private), runs)
+    # the container engines' state dirs (engine.tools.enginestate): a stat per known dir and the local
+    # engine's flags read from its process, per host_outside; the baseline is the private dirs' row above
+    from engine.tools import enginestate
+
+    found["engine state dirs found"] = per_call(enginestate.state_dirs, runs)
     return found
 
 

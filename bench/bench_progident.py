@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.table import per_call_us, ratio, record
-from engine.commands import progident, treecode
+from engine.commands import progident, treecode, treefindings
 
 
 def main() -> None:
@@ -36,13 +36,13 @@ def main() -> None:
             return lambda: treecode.findings_for(argv, paths, str(work), [])
 
         full = [per_call_us(vet(*cargo), 200, r), per_call_us(vet(*ninja), 200, r)]
-        walk, ids = treecode._process_linked, progident.identities
-        treecode._process_linked = lambda *a: []  # type: ignore[assignment]
+        walk, ids = treefindings._process_linked, progident.identities
+        treefindings._process_linked = lambda *a: []  # type: ignore[assignment]
         progident.identities = lambda argv, paths, known: [n for n in ids(argv, paths, known)][:1]  # type: ignore[assignment]
         try:
             base = [per_call_us(vet(*cargo), 200, r), per_call_us(vet(*ninja), 200, r)]
         finally:
-            treecode._process_linked, progident.identities = walk, ids
+            treefindings._process_linked, progident.identities = walk, ids
     print(f"rounds {r}, pid {os.getpid()}")
     for name, now, then in zip(
         ("cargo -C sub build (rustup proxy)", "ninja -C build"), full, base, strict=True

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.table import per_call_us, ratio, record
-from engine.commands import treecode
+from engine.commands import treecode, treefindings
 from engine.commands.argvsafe import takes_no_code
 from engine.commands.toolargv import argv_problem
 
@@ -37,13 +37,13 @@ def main() -> None:
 
         npm_us = per_call_us(vet(npm_argv, "/usr/bin/npm"), 200, r)
         cmake_us = per_call_us(vet(cmake_argv, "/usr/bin/cmake"), 200, r)
-        real = treecode.argv_problem
-        treecode.argv_problem = lambda program, argv: None  # the baseline: the vet without the grammar
+        real = treefindings.argv_problem
+        treefindings.argv_problem = lambda program, argv: None  # the baseline: the vet without the grammar
         try:
             npm_base = per_call_us(vet(npm_argv, "/usr/bin/npm"), 200, r)
             cmake_base = per_call_us(vet(cmake_argv, "/usr/bin/cmake"), 200, r)
         finally:
-            treecode.argv_problem = real
+            treefindings.argv_problem = real
     print(f"rounds {r}, pid {os.getpid()}")
     record("npm argv by its grammar (7 words)", f"{grammar_us:.2f} µs")
     record("allow-always: argv-safe check of one path", f"{safe_us:.2f} µs")

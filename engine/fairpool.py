@@ -23,6 +23,17 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# The operator's own queue: its calls (its own exec, even one naming an agent for policy; its history reads
+# and checks) never wait in an agent's turn (fresh round 17 b: main's slow decisions held the operator's).
+OPERATOR_QUEUE = "\x00operator"
+
+
+def queue_of(operator: bool, principal: str) -> str:
+    """Whose turn a call takes: the operator's own queue for the operator's calls, else the principal's."""
+    return OPERATOR_QUEUE if operator else principal
+
+
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]", asyncio.AbstractEventLoop]
 
 

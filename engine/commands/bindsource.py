@@ -15,7 +15,7 @@ import errno
 import os
 import stat
 
-from engine import sysbin
+from engine import pathtrust
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _FLAGS = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -37,7 +37,7 @@ _BY_FD = {"--bind": "--bind-fd", "--ro-bind": "--ro-bind-fd"}
 def open_exact(real: str, owner: int | None = None) -> int:
     """An O_PATH fd on `real` (absolute, resolved), reached from `/` with no link followed at any depth;
     OSError (ELOOP, ENOTDIR, ENOENT) when a name on the way is a link or gone now. With `owner`: every
-    directory walked judged on its own fd as it is walked (engine.sysbin.foreign_hold: `real` must be
+    directory walked judged on its own fd as it is walked (engine.pathtrust.foreign_hold: `real` must be
     `owner`'s, nothing above it another account's to change), EPERM naming why when not."""
     names = [p for p in real.split("/") if p]
     if not real.startswith("/") or any(n in (".", "..") for n in names):
@@ -57,7 +57,7 @@ def open_exact(real: str, owner: int | None = None) -> int:
         if stat.S_ISLNK(os.fstat(fd).st_mode):
             raise OSError(errno.ELOOP, "a link now", real)
         if owner is not None:
-            why = sysbin.foreign_hold([*chain, (real, os.fstat(fd))], owner)
+            why = pathtrust.foreign_hold([*chain, (real, os.fstat(fd))], owner)
             if why is not None:
                 raise OSError(errno.EPERM, f"not this gateway's to bind writable: {why}", real)
         return fd

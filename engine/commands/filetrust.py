@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from engine.sysbin import only_root_changes
+from engine.pathtrust import only_root_changes
 
 
 def system_stat(real: str) -> os.stat_result | None:

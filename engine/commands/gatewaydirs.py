@@ -14,7 +14,8 @@ directory's stat, each named dir lstat'ed per view (covered only while it is a d
 
 Every exechost service that keeps state records its state dir here, not only a gateway (fresh round 15
 b): a node service records its own at start, and a gateway records the state dir a node of this account
-on this machine names in its hello (`place`: a node started with another HOME records elsewhere). Every
+on this machine names in its hello (`place`: a node started with another HOME records elsewhere), once
+it proves to be that node's own (node_state_dir: the hello is the node's word, fresh round 16 b). Every
 sandbox workspace root ever used is recorded too (`w-` entries, by engine.sandbox.wsfs.ensure): a root
 the config no longer names still holds every agent's workspaces, and is covered as the config's are (in
 the home too).
@@ -35,11 +36,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
 import threading
 from collections.abc import Iterable
 
+from engine import pathtrust
 from engine.commands.hostoutside import inside
 
 NAME = ".exechost-gateways"
@@ -238,59 +241,49 @@ def claim(home: str, state: str) -> None:
         adopt(home, state, {})
 
 
-def _writers(path: str, st: os.stat_result, uid: int) -> str:
-    """Why another account may change `path` ("" when none may): as ssh's StrictModes judges."""
-    if st.st_uid not in (0, uid):
-        return f"{path} is owned by uid {st.st_uid}"
-    if st.st_mode & 0o022:
-        return f"{path} is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return ""
-
-
 def judge(state: str, *, uid: int | None = None) -> str:
-    """Why `state` cannot be this service's (resolved): "" when no other account may write it or any dir
-    above it. The dir itself (when present) is owned by `uid` with no group/other write; every dir above
-    is owned by root or `uid` and not group/other writable, except a sticky world-writable one (/tmp)
-    whose entry on the way is owned by root or `uid` and not group/other writable (the sticky bit keeps
-    every other account from renaming or replacing that entry). Links are resolved first, so no link on
-    the way is another's."""
-    me = os.geteuid() if uid is None else uid
-    real = os.path.realpath(state)
+    """Why `state` cannot be this service's: "" when no other account may write it or any dir above it, as
+    ssh's StrictModes judges (engine.pathtrust.strict_hold, on the resolved path: no link on the way is
+    another's)."""
+    return pathtrust.strict_hold(os.path.realpath(state), os.geteuid() if uid is None else uid)
+
+
+def node_state_dir(path: str, node_id: str, writable: list[str]) -> bool:
+    """Whether `path` is node `node_id`'s own state dir, made by this account, before a gateway records
+    what a node's hello names (fresh round 16 b): a real directory (no link on the way) of this uid, open
+    to no one else, under no directory another account may change (engine.pathtrust.foreign_hold) nor any
+    agent's hostWritable dir (a run's to write), holding that node's identity file (node.json, 0600, this
+    uid's, naming `node_id`). Judged by who may write it, not by its name."""
+    uid = os.geteuid()
+    real = os.path.realpath(path)
+    if real != os.path.normpath(path):
+        return False
+    for root in writable:
+        expanded = os.path.realpath(os.path.expanduser(root))
+        if (
+            real == expanded
+            or real.startswith(expanded.rstrip(os.sep) + os.sep)
+            or expanded.startswith(real + os.sep)
+        ):
+            return False
+    chain = pathtrust.chain_to(real)
+    if isinstance(chain, str) or pathtrust.foreign_hold(chain, uid) is not None:
+        return False
+    st = chain[-1][1]
+    if not stat.S_ISDIR(st.st_mode) or st.st_mode & 0o077:
+        return False
     try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        return f"{real} cannot be judged ({exc.strerror})"
-    if st is not None:
-        if not stat.S_ISDIR(st.st_mode):
-            return f"{real} is not a directory"
-        if st.st_uid != me:
-            return f"{real} is owned by uid {st.st_uid}, not this account's ({me})"
-        if st.st_mode & 0o022:
-            return f"{real} is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
-    here = real
-    while here != os.sep:
-        parent = os.path.dirname(here)
+        fd = os.open(os.path.join(real, "node.json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            pst = os.stat(parent)
-        except FileNotFoundError:
-            here = parent
-            continue
-        except OSError as exc:
-            return f"{parent} cannot be judged ({exc.strerror})"
-        why = _writers(parent, pst, me)
-        if why and pst.st_mode & stat.S_ISVTX and pst.st_uid in (0, me):
-            # sticky: only the entry's owner renames it; the entry on the way must be ours (or root's)
-            try:
-                est = os.stat(here)
-            except FileNotFoundError:
-                est = None
-            why = "" if est is None or not _writers(here, est, me) else why
-        if why:
-            return why
-        here = parent
-    return ""
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode) or fst.st_uid != uid or fst.st_mode & 0o077:
+                return False
+            data = json.loads(os.read(fd, 1 << 16))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("nodeId") == node_id
 
 
 def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:

@@ -14,7 +14,7 @@ from engine.commands import gitargv, gitopts
 from engine.commands.gitargv import RECEIVE_PACK_TREE, url_problem
 from engine.commands.gitindex import UnreadableIndex, gitlinks
 from engine.commands.regular import Unreadable, read_regular
-from engine.sysbin import only_root_changes
+from engine.pathtrust import only_root_changes
 
 # Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
 # driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a

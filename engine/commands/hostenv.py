@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import sysbin
+from engine import pathtrust
 from engine.commands import proxyenv
 from engine.commands.analysis import names
 from engine.results import ToolError
@@ -434,10 +434,30 @@ def host_path(value: str, prepend: Sequence[str] = ()) -> str:
     (engine.commands.hostview refuses a hostWritable dir that holds a PATH or pathPrepend entry)."""
     home = os.path.realpath(os.environ.get("HOME") or os.path.expanduser("~"))
     entries: list[str] = []
-    for entry in [*prepend, *value.split(":")]:
+    # A pathPrepend dir is searched as the directory it resolves to now: the view binds that one read-only
+    # (engine.tools.exec_host.program_dirs), and a link to it is no longer followed at each lookup.
+    resolved = [os.path.realpath(p) if p.startswith("/") else p for p in prepend]
+    for entry in [*resolved, *value.split(":")]:
         if entry.startswith("/") and entry not in entries and _unchangeable(entry, home):
             entries.append(entry)
     return ":".join(entries)
+
+
+def prepend_left_out(prepend: Sequence[str]) -> list[str]:
+    """The warnings for `pathPrepend` dirs host_path leaves out of PATH: the operator configured them, and a
+    program that is then not found must not be the only sign of it."""
+    home = os.path.realpath(os.environ.get("HOME") or os.path.expanduser("~"))
+    return [
+        f"Warning: pathPrepend dir {entry} is not on PATH: "
+        + (
+            "it is not an absolute path."
+            if not entry.startswith("/")
+            else "an account other than root may change it or a directory above it, and a host command "
+            "must not find programs there; move it under a root-owned directory or the home."
+        )
+        for entry in prepend
+        if entry and ":" not in entry and not (entry.startswith("/") and _unchangeable(entry, home))
+    ]
 
 
 def _unchangeable(entry: str, home: str) -> bool:
@@ -445,7 +465,7 @@ def _unchangeable(entry: str, home: str) -> bool:
     in_home = home != os.sep and (real == home or real.startswith(home + os.sep))
     while not os.path.lexists(real) and real != os.sep:  # missing: whoever may make it
         real = os.path.dirname(real)
-    return in_home or sysbin.only_root_changes(real)
+    return in_home or pathtrust.only_root_changes(real)
 
 
 def apply_path_prepend(env: dict[str, str], path_prepend: list[str], *, host: str) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from engine import sysbin
+from engine import pathtrust
 from engine.commands import homelayer, homeprivate, hostkeeper, otherroots
 from engine.commands.hostoutside import (
     NOTHING_OUTSIDE,
@@ -37,7 +37,7 @@ from engine.commands.hosttrust import (
 
 def trusted_writable(given: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The agent's `hostWritable` entries a view may bind writable, and a warning for each left out: a
-    present dir (resolved) another account owns, or below a dir another account may change (engine.sysbin.
+    present dir (resolved) another account owns, or below a dir another account may change (engine.pathtrust.
     foreign_hold, the pathPrepend judgement with this gateway's account beside root). Such a dir is used
     as found by no one's choice of the operator: another agent's own Unix account made it first, and reads
     and renames what the runs write there (fresh round 16 a). Left out, it is covered as another agent's
@@ -49,7 +49,7 @@ def trusted_writable(given: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...
     notes: list[str] = []
     for entry in given:
         real = os.path.realpath(os.path.abspath(os.path.expanduser(entry)))
-        why = sysbin.foreign_hold_at(real, own) if os.path.isdir(real) else None
+        why = pathtrust.foreign_hold_at(real, own) if os.path.isdir(real) else None
         if why is None:
             kept.append(entry)
             continue

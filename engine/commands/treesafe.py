@@ -34,6 +34,9 @@ __all__ = ["TREE_SAFE", "is_tree_safe"]
 # - sort: `--compress-program` runs a program; split: `--filter` runs a shell.
 # - less: every host run has LESSSECURE=1 (hostenv), which turns off what could take code or commands:
 #   `!`, `|`, `v`, `:e`, log files, lesskey files (`-k`) and tags files (`-t`, read from the cwd).
+# - tree: reads directories as data; `-R` (with -H and -L) re-runs tree for each directory at the depth
+#   limit, and tree up to 1.8.0 (Debian 11, Ubuntu 20.04) does it with system("tree … \"<dir name>\""):
+#   a directory named `$(cmd)` runs cmd in a shell. A short option, so it is found in any cluster.
 _RUNS = {
     "find": ("-exec", "-execdir", "-ok", "-okdir"),
     "rg": ("--pre", "--hostname-bin"),
@@ -49,6 +52,9 @@ _PLAIN = (
     "grep egrep fgrep diff cmp xxd hexdump column rev tree less"
 )
 TREE_SAFE: dict[str, tuple[str, ...]] = {**dict.fromkeys(_PLAIN.split(), ()), **_RUNS}
+# name → the short option letters that make it run a program, wherever they sit in a cluster (`-aR`). Every
+# word with one leading dash is read as a cluster, an option's value too: a value that looks like one asks.
+_RUNS_LETTERS = {"tree": "R"}
 
 # Programs whose options are read the other way round as well: every option word must be one understood
 # here (a new release's program-running option, as ripgrep 14's --hostname-bin was, asks until it is
@@ -125,4 +131,7 @@ def is_tree_safe(argv: Sequence[str], real: str | None, extra: Collection[str] =
     runs = TREE_SAFE.get(name)
     if runs is None or not _understood(name, argv):
         return False
-    return not any(_names(w, o) for w in argv[1:] for o in runs)
+    if any(_names(w, o) for w in argv[1:] for o in runs):
+        return False
+    letters = _RUNS_LETTERS.get(name, "")
+    return not any(w[:1] == "-" and w[1:2] != "-" and any(c in w for c in letters) for w in argv[1:])

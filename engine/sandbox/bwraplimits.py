@@ -221,7 +221,7 @@ def check_memory_budget(name: str, owner: str, tmpfs_bytes: int) -> None:
         if row.get("owner") == owner:
             own += held
     for total, share, whose in (
-        (own, AGENT_MEMORY_SHARE, "this agent's" if owner != "shared" else "the shared scope's"),
+        (own, AGENT_MEMORY_SHARE, "this agent's" if not owner.startswith("shared") else "the shared scope's"),
         (everyone, INSTALL_MEMORY_SHARE, "this install's"),
     ):
         if total + tmpfs_bytes > ram // share:

@@ -24,15 +24,21 @@ from pathlib import Path
 from engine import statefs
 from engine.sandbox import rambudget
 from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, DOCKER_GROUP, INSTALL_PIDS_SHARE
-from engine.sandbox.settings import slugify, state_id
+from engine.sandbox.settings import slugify, split_namespace, state_id
 
 PIDS_BASE = Path("/sys/fs/cgroup/pids")
 MEMORY_BASE = Path("/sys/fs/cgroup/memory")
 
 
 def owner_of(scope: str, agent_id: str) -> str:
-    """The owner group a sandbox counts against: the same names bwrap uses."""
-    return "shared" if scope == "shared" else f"agent-{slugify(agent_id)}"
+    """The owner group a sandbox counts against: the same names bwrap uses. `agent_id` carries the calling
+    gateway's namespace on a node several serve (`<fp>/main`): every owner is in it, the shared scope's
+    too (`shared-<slug of the namespace>`), so two gateways' sandboxes never share a host uid
+    (sandboxuid.for_owner) or a pids and RAM share (fresh round 17 a)."""
+    if scope != "shared":
+        return f"agent-{slugify(agent_id)}"
+    namespace = split_namespace(agent_id)[0]
+    return f"shared-{slugify(namespace)}" if namespace else "shared"
 
 
 def _install(base: Path = PIDS_BASE) -> Path:

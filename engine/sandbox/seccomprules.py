@@ -1,5 +1,6 @@
-"""What both sandbox backends' seccomp filters refuse: one rule set, encoded for bwrap by
-engine/sandbox/seccomp.py (libseccomp) and for Docker by engine/sandbox/dockerseccomp.py (a profile)."""
+"""What both sandbox backends' and the gateway-host runs' seccomp filters refuse: one rule set, encoded for
+bwrap by engine/sandbox/seccomp.py (libseccomp), for Docker by engine/sandbox/dockerseccomp.py (a profile)
+and for host runs by engine/sandbox/seccomphost.py (a C header exechost-hostenter is built with)."""
 
 from __future__ import annotations
 
@@ -105,3 +106,14 @@ SOCKET_FAMILIES = (
     10,  # AF_INET6
     16,  # AF_NETLINK (getaddrinfo, ip): per network namespace
 )
+# What a gateway-host run's filter (exechost-hostenter, engine/sandbox/seccomphost.py) refuses of the above:
+# a host run is the operator's own programs in a view of the host, so not the sandboxes' whole list (a
+# debugger's ptrace, a tool's own namespaces are the host's), but what reaches past its namespaces and
+# view: the account's keyrings (in no namespace: fresh rounds 11 a, 14 c), io_uring (its socket operation
+# makes a socket no filter sees), a socket family outside SOCKET_FAMILIES (AF_VSOCK: fresh round 13 b),
+# and a set-id bit in any mode, as in the sandboxes (fresh round 17 a: a run of a root gateway left a
+# setuid copy of a program, root's, in its hostWritable dir on the host); openat2 fails as unimplemented
+# there too (its mode is in a struct no filter reads), and so does io_setup: fs.aio-max-nr is one count for
+# the whole host, which one agent's run took whole from the operator's own database (fresh round 17 a).
+HOST_REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup")
+HOST_UNSUPPORTED_SYSCALLS = ("openat2", "io_setup")

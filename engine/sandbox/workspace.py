@@ -15,7 +15,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from engine import sysbin
+from engine import pathtrust
 from engine.errors import ExecHostError
 from engine.sandbox import beneath, sandboxuid
 
@@ -50,7 +50,7 @@ def open_workspace(root: str, path: str, mode: int = 0o700) -> int:
 
     `root` (the state dir or the operator's workspaceRoot) is created if missing, and used only when it
     is no other account's to change: it and every directory above it root's or this account's and
-    writable by no other account unless sticky (engine.sysbin.foreign_hold, as a hostWritable root's
+    writable by no other account unless sticky (engine.pathtrust.foreign_hold, as a hostWritable root's
     ancestors: fresh round 16 a; each workspace in it is checked to be ours). Another
     account that made it first could rename the workspaces in it between their check and Docker's
     mount. Judged by name, then the fd opened on the real path is checked to be that directory: what
@@ -60,7 +60,7 @@ def open_workspace(root: str, path: str, mode: int = 0o700) -> int:
     path = os.path.abspath(path)
     os.makedirs(root, mode=0o700, exist_ok=True)
     real = os.path.realpath(root)
-    why = sysbin.foreign_hold_at(real, os.geteuid(), holder=True)
+    why = pathtrust.foreign_hold_at(real, os.geteuid(), holder=True)
     if why is not None:
         raise WorkspaceError(
             f"sandbox workspace root {root} is refused: {why}; another account could rename the "

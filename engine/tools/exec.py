@@ -22,7 +22,7 @@ from engine.approvals.pending import (
 )
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
-from engine.commands.hostenv import host_path, sanitize_host_env
+from engine.commands.hostenv import host_path, prepend_left_out, sanitize_host_env
 from engine.commands.hostoutside import NOTHING_OUTSIDE, HostViewError
 from engine.commands.hostroots import refuse_hidden_cwd, workdir_note
 from engine.commands.pinned import (
@@ -213,6 +213,7 @@ class ExecTool:
         prepend = config.exec_for(ctx.agent_id).path_prepend
         if prepend:
             env["PATH"] = host_path(env.get("PATH", ""), prepend)
+            prepared.warnings += prepend_left_out(prepend)
         prepared.env = env
         return prepared
 
@@ -239,7 +240,9 @@ class ExecTool:
             # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
             # pool serves principals in turn, so one agent's burst does not queue the others (fairpool); on a
             # shared node each gateway's agent is a principal of its own (ExecContext.owner).
-            return await fairpool.decisions.run(ctx.owner, decide_now, ctx.caller)
+            return await fairpool.decisions.run(
+                fairpool.queue_of(ctx.operator, ctx.owner), decide_now, ctx.caller
+            )
         except ApprovalsFileError as exc:
             # Fail closed: a broken approvals file can neither allow nor be silently ignored.
             raise ToolError(f"exec denied: {exc}") from None

@@ -20,7 +20,7 @@ from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs, hostkeeper, hostnet, hostprivate, hostroots, hosttrust
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.hostoutside import HostViewError, Outside, home_dir
+from engine.commands.hostoutside import HostViewError, Outside, home_dir, inside
 from engine.commands.hostroots import refuse_hidden_cwd
 from engine.commands.hostview import joined
 from engine.commands.offargv import carried
@@ -34,6 +34,7 @@ from engine.policy.decision import Decision, evaluate, private_binds
 from engine.results import ToolError
 from engine.sandbox import bwraplimits
 from engine.statefs import state_dir
+from engine.tools import enginestate
 from engine.unixsock import PeerInfo
 
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
@@ -96,7 +97,8 @@ def host_outside(
         workdir=workdir,
         covered=(roots := workspace_roots(config))
         + tuple(dict.fromkeys([*creds, *their_creds]))
-        + other_gateways(writable, roots),
+        + other_gateways(writable, roots)
+        + engine_state(writable),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
         private=private,
         # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet): the
@@ -157,7 +159,8 @@ def program_dirs(config: Config) -> tuple[str, ...]:
     rootfs = [config.sandbox.bwrap.get("rootfs")]
     rootfs += [a.sandbox.get("bwrap", {}).get("rootfs") for a in config.agents.values()]
     dirs |= {r for r in rootfs if isinstance(r, str) and r}
-    found = {os.path.abspath(os.path.expanduser(d)) for d in dirs}
+    # (each as it resolves: a run's PATH names the resolved dir, engine.commands.hostenv.host_path)
+    found = {os.path.realpath(os.path.expanduser(d)) for d in dirs}
     return tuple(sorted(d for d in found if d != os.sep))
 
 
@@ -196,6 +199,14 @@ def engine_sockets() -> tuple[str, ...]:
     # By real path: bwrap resolves a destination through links as the view is built (/var/run -> /run),
     # and one bind hides every name for it.
     return tuple(sorted({os.path.realpath(p) for p in found if os.path.exists(p)}))
+
+
+def engine_state(writable: Iterable[str] = ()) -> tuple[str, ...]:
+    """The container engines' state dirs (engine.tools.enginestate: Docker's data-root and exec-root,
+    containerd's, Podman's, …), covered whole as a workspace root is: every sandbox's config and env is
+    recorded there. Never one holding what every run needs, nor one of the agent's own `writable`."""
+    needed = [os.path.realpath(n) for n in _needed(writable)]
+    return tuple(d for d in enginestate.state_dirs() if not any(inside(n, d) for n in needed))
 
 
 def engine_credentials() -> tuple[str, ...]:

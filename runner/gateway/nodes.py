@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import stat
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -166,7 +164,7 @@ class NodeHub:
             writable = [
                 w for agent in (MAIN_AGENT, *config.agents) for w in config.exec_for(agent).host_writable
             ]
-            if node_state_dir(hello.state_dir, hello.node_id, writable):
+            if gatewaydirs.node_state_dir(hello.state_dir, hello.node_id, writable):
                 gatewaydirs.record(hostoutside.home_dir(), hello.state_dir)
             else:
                 log.warning(
@@ -645,45 +643,3 @@ class NodeHub:
             with contextlib.suppress(Exception):
                 await link.close()
         self.links.clear()
-
-
-def node_state_dir(path: str, node_id: str, writable: list[str]) -> bool:
-    """Whether `path` is node `node_id`'s own state dir, made by this account: a real directory (no link on
-    the way) of this uid, open to no one else, under no directory another account or a run may write (a
-    group- or world-writable ancestor, any agent's hostWritable dir), holding that node's identity file
-    (node.json, 0600, this uid's, naming `node_id`). Judged by who may write it, not by its name."""
-    uid = os.geteuid()
-    real = os.path.realpath(path)
-    if real != os.path.normpath(path):
-        return False
-    for root in writable:
-        expanded = os.path.realpath(os.path.expanduser(root))
-        if (
-            real == expanded
-            or real.startswith(expanded.rstrip(os.sep) + os.sep)
-            or expanded.startswith(real + os.sep)
-        ):
-            return False
-    try:
-        st = os.lstat(real)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
-            return False
-        parent = os.path.dirname(real)
-        while True:
-            pst = os.lstat(parent)
-            if pst.st_uid not in (0, uid) or (pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX):
-                return False  # (a sticky /tmp: no other account renames what is ours in it)
-            if parent == os.sep:
-                break
-            parent = os.path.dirname(parent)
-        fd = os.open(os.path.join(real, "node.json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            fst = os.fstat(fd)
-            if not stat.S_ISREG(fst.st_mode) or fst.st_uid != uid or fst.st_mode & 0o077:
-                return False
-            data = json.loads(os.read(fd, 1 << 16))
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("nodeId") == node_id

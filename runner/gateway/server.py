@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import fairpool, principals, statefs, unixsock
+from engine import fairpool, pathtrust, principals, statefs, unixsock
 from engine.commands import gatewaydirs, hostoutside
 from engine.errors import ExecHostError
 from engine.nodes import revoking
@@ -44,7 +44,7 @@ from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
 from runner.gateway.liveprincipal import principal_now, proof_holds, removed_credentials, stale
 from runner.gateway.services import Services
-from runner.gateway.tokenfiles import GatewayTokens
+from runner.gateway.tokenfiles import CredentialFiles, GatewayTokens
 
 log = logging.getLogger("exechost.gateway")
 
@@ -87,6 +87,7 @@ class GatewayServer:
         # recheck, so a replaced token stops at once and its live holders are dropped (tokenfiles).
         self._tokens = GatewayTokens(self.state_dir)
         self._tokens_seen = 0  # the tokens' generation the last recheck was started for
+        self._credentials = CredentialFiles(self.state_dir)
         # By (which socket, peer uid): connections not yet authenticated. Per socket too: every host command
         # runs as the gateway's uid and can reach the agents' socket (its dir is read-only in the host view,
         # the socket reachable), so its silent connections there must not take the main socket's slots,
@@ -170,6 +171,7 @@ class GatewayServer:
             ensure_token(self.state_dir)  # made on first start; read at each handshake from then on
             ensure_token(self.state_dir, OPERATOR_TOKEN_NAME)
             self._tokens_seen = self._tokens.generation()
+            self._credentials.changed()  # the first look: what a change is measured from
             # A stamped proof is decided again at each point of use against the config now (liveprincipal),
             # the restored asks' included.
             self.services.approvals.generations.holds = lambda key: proof_holds(
@@ -227,6 +229,14 @@ class GatewayServer:
         # chown first, then the mode: at no moment may another account write here or a stranger enter.
         os.chown(parent, -1, gid)
         os.chmod(parent, 0o750)  # noqa: S103 - group-readable on purpose: the agents' group
+        # Judged as a state dir is, by name and as it resolves: an account that may write a dir above it
+        # moves ours aside and serves the path itself to every agent account (fresh round 17 c).
+        named, real = os.path.abspath(parent), os.path.realpath(parent)
+        why = pathtrust.strict_hold(real, os.geteuid())
+        if not why and named != real:  # a link on the way is another name to judge: the real one is asked for
+            why = f"{named} resolves to {real} (a link on the way); name {real} itself"
+        if why:
+            raise GatewayBusy(f"{path}: the agents' socket directory is not this account's alone: {why}")
         self.agents_socket_path = path
         problem = unixsock.socket_path_problem(path)
         if problem is not None:
@@ -488,9 +498,15 @@ class GatewayServer:
         egress) with nobody connecting or sending a request."""
         while True:
             await asyncio.sleep(FILES_EVERY_S)
-            with contextlib.suppress(Exception):  # (a broken edit: LiveConfig keeps the last good one)
-                self.services.live_config.get()
-            self._tokens_now()
+            self.look_at_files()
+
+    def look_at_files(self) -> None:
+        """One look of the watch: the config, the gateway's and operator's tokens, the agents' credentials."""
+        with contextlib.suppress(Exception):  # (a broken edit: LiveConfig keeps the last good one)
+            self.services.live_config.get()
+        self._tokens_now()
+        if self._credentials.changed():
+            self._spawn_recheck()
 
     def _still_configured(self, conn: Connection, tokens: int | None = None) -> bool:
         """Before a request is acted upon: when the config or the gateway or operator token changed since

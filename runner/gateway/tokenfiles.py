@@ -78,3 +78,32 @@ class GatewayTokens:
     def seen(self) -> int:
         """That count as last looked at (no stat)."""
         return self.gateway.changes + self.operator.changes
+
+
+class CredentialFiles:
+    """The agents' credential files as a whole, by their stat identities (one scandir per look): a
+    credential re-minted, restored or removed on disk by hand (an offline `agents add --rotate`) shows as
+    a change, and the gateway drops the live holders of the old one as it does for a replaced gateway
+    token (fresh round 17 b: they ran commands until somebody ran `agents refresh`)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._dir = principals.agents_dir(state_dir)
+        self._key: tuple[tuple[object, ...], ...] | None = None
+
+    def changed(self) -> bool:
+        """Looks now; True when anything in the directory changed since the last look (never the first)."""
+        key = self._identity()
+        moved = self._key is not None and key != self._key
+        self._key = key
+        return moved
+
+    def _identity(self) -> tuple[tuple[object, ...], ...]:
+        try:
+            with os.scandir(self._dir) as entries:
+                found = []
+                for entry in entries:
+                    st = entry.stat(follow_symlinks=False)
+                    found.append((entry.name, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size))
+        except OSError:
+            return ()
+        return tuple(sorted(found))

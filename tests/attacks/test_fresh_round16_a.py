@@ -471,7 +471,7 @@ async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
 )
 async def test_class1_another_agents_root_made_first_by_an_agents_own_account(state_dir: Path) -> None:
     """Held: a hostWritable root another account owns (or below a dir another account may change) is
-    refused (engine.commands.hostroots.trusted_writable, engine.sysbin.foreign_hold: the pathPrepend
+    refused (engine.commands.hostroots.trusted_writable, engine.pathtrust.foreign_hold: the pathPrepend
     judgement with the gateway's account beside root, judged again on the fds the bind walks): ops's run
     sees it empty and read-only, told why, and writes nothing main's account can read there."""
     shared = _shared(state_dir)

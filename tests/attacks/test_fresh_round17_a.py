@@ -119,13 +119,6 @@ async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: Docker keeps each container's environment in /var/lib/docker/containers/<id>/"
-    "config.v2.json, which a root gateway's host view shows (a read-only layer, readable): agent main's "
-    "allowlisted grep reads the docker.env key the operator gave agent ops's sandbox alone; the views cover "
-    "the workspace roots, not the engine's own records of the sandboxes",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search /var/lib/docker")
 @pytest.mark.parametrize(
     "records",
@@ -165,6 +158,26 @@ async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_
     assert "up" in ops["_text"], ops
     assert main["status"] == "completed", main
     assert secret not in main["_text"], "agent main read ops's sandbox key from Docker's own records"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may read the engine's dirs")
+async def test_class1_no_engine_state_dir_shows_in_a_host_view(state_dir: Path) -> None:
+    """The neighbours of Docker's records: every engine state dir present here (its data-root and
+    exec-root, containerd's state and sockets: /run/containerd/containerd.sock is root's API too) is an
+    empty dir in the host view, whichever file or socket of it a run names."""
+    from engine.tools import enginestate
+
+    present = enginestate.state_dirs()
+    if not present:
+        pytest.skip("no container engine's state dir on this host")
+    details = await attempt(
+        state_dir,
+        "ls -A " + " ".join(present),
+        allow=[("/usr/bin/ls", None)],
+    )
+    assert details["status"] == "completed", details["_text"]
+    shown = [line for line in details["_text"].splitlines() if line and not line.endswith(":")]
+    assert shown == [], f"the host view shows the engine's records: {shown}"
 
 
 @pytest.mark.xfail(
@@ -258,13 +271,6 @@ async def test_class3_a_host_runs_memory_is_no_agents_share(state_dir: Path) -> 
     assert _memory_cap(cgroups, text) <= ram // 4, "agent main's host run may take more than its quarter"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treesafe lists `tree` with no option that runs a program, but `tree -R` (with -H and -L) "
-    "re-runs tree for each directory at the depth limit, and tree up to 1.8.0 (Debian 11, Ubuntu 20.04) "
-    'does it with system("tree -n -H \\"<dir name>\\" …"): a directory the agent named `$(cmd)` runs cmd '
-    "in a shell, unasked, from an allowlisted `tree`",
-)
 def test_class5_tree_dash_r_is_decided_to_run_no_program() -> None:
     """The decision, as the allowlist takes it (engine.commands.treesafe.is_tree_safe): tree's -R is a
     program-running option on the versions most LTS hosts ship, as find's -exec is."""
@@ -274,13 +280,6 @@ def test_class5_tree_dash_r_is_decided_to_run_no_program() -> None:
     assert not is_tree_safe(argv, "/usr/bin/tree"), "`tree -R -H . -L 1` is decided to run no program"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: on a node two gateways serve, each gateway's shared scope is a sandbox of its own "
-    "(`<fp>/shared`), but its owner is the plain name `shared` (dockercg.owner_of ignores the namespace for "
-    "that scope): both run as one host uid (sandboxuid.for_owner) and draw on one pids and RAM share, so "
-    "gateway A's agents take what gateway B's shared sandbox may use, and share files with it by DAC",
-)
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root node's sandboxes (a uid of their own)")
 async def test_class3_two_gateways_shared_scopes_on_a_node_are_one_owner(state_dir: Path) -> None:

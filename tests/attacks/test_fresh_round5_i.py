@@ -83,7 +83,7 @@ async def test_class4_make_runs_a_command_line_shell_with_no_makefile(
     assert refused(details) or not marker.exists(), "an allowlisted make ran the agent's SHELL unasked"
 
 
-# Closed: a file a make assignment names is bound by its bytes (treecode._make_value_paths).
+# Closed: a file a make assignment names is bound by its bytes (treefiles.make_value_paths).
 async def test_class4_make_runs_a_command_line_compiler(state_dir: Path, tmp_path: Path) -> None:
     work = tmp_path / "w"
     work.mkdir()
@@ -185,7 +185,7 @@ def _stop_feeding(path: Path, stop: threading.Event, feeder: threading.Thread) -
     feeder.join(10)
 
 
-# Closed: whatever exists at a tree file's name is a finding, a FIFO left unbound (treecode._tree_files).
+# Closed: whatever exists at a tree file's name is a finding, a FIFO left unbound (treefiles.tree_files).
 async def test_class6_a_fifo_package_json_is_no_file_to_vet_and_npm_runs_what_it_reads(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -255,7 +255,7 @@ async def _approve_first_ask(
         await operator.close()
 
 
-# Closed: a file a make assignment names is bound by its bytes (treecode._make_value_paths).
+# Closed: a file a make assignment names is bound by its bytes (treefiles.make_value_paths).
 async def test_class6_allow_always_on_make_with_a_shell_assignment_leaves_the_shell_unbound(
     state_dir: Path, tmp_path: Path
 ) -> None:

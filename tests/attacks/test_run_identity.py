@@ -66,6 +66,24 @@ async def test_a_status_read_shows_the_approved_run_never_another_session_under_
         await manager.close()
 
 
+async def test_a_status_read_between_a_runs_end_and_its_note_shows_that_runs_output(state_dir: Path) -> None:
+    """A run's outcome is written down after its session ends (the detached run waits for the end first):
+    a status read in between showed the live `completed` beside the tail written when the run was
+    backgrounded (empty), so a caller saw a command that printed end with no output (CI, round 8 p)."""
+    manager = SessionManager(state_dir, kill_grace_sec=0.5)
+    try:
+        spec = RunSpec("echo the-output", scope_key=OPS, session_id=SID, instance="i1", background=True)
+        await manager.run(spec)
+        session = manager.get(SID)
+        assert session is not None
+        await session.done.wait()
+        run = {"sessionId": SID, "instance": "i1", "scopeKey": OPS, "status": "running", "tail": ""}
+        seen = current_run(SimpleNamespace(sessions=manager), {"run": run})["run"]
+        assert seen["status"] == "completed" and seen["tail"] == "the-output", seen
+    finally:
+        await manager.close()
+
+
 async def test_another_session_under_a_runs_id_never_writes_that_runs_end(state_dir: Path) -> None:
     """The journal writes an approved run's end under its approval when a session under the run's id
     ends: it must be that run, not main's later session holding the id (a restart forgets used ids)."""

@@ -329,6 +329,33 @@ def test_a_gateways_agents_sandboxes_count_in_its_own_owner_group_on_a_shared_no
     assert len(set(parents.values())) == 3
 
 
+def test_a_gateways_shared_scope_is_an_owner_of_its_own_on_a_shared_node(tmp_path: Path) -> None:
+    """Tried (fresh round 17 a): each gateway's shared scope on a node is a sandbox of its own, but its
+    owner was the plain `shared`: one host uid and one pids and RAM share for both gateways. Every owner is
+    in its namespace now, the shared scope's too: a Docker sandbox's cgroup parent and a bwrap sandbox's
+    uid differ per gateway; a gateway's own shared scope is `shared`, as before."""
+    from engine.sandbox import dockercg, sandboxuid
+
+    config_file = tmp_path / "config.toml"
+    config_file.write_text('[agents.defaults.sandbox]\nscope = "shared"\n')
+    from engine.config.loader import load_config
+
+    settings = resolve_settings(load_config(config_file), "main")
+    owners = {
+        ns: dockercg.owner_of(
+            settings.scope, split_namespace(layout(settings, "main", "s", namespace=ns).scope_key)[0] + "main"
+        )
+        for ns in (A, B, "")
+    }
+    assert owners[""] == "shared"
+    assert len(set(owners.values())) == 3
+    assert owners[A] == dockercg.owner_of("shared", A + "ops")  # one owner for all of a gateway's agents
+    if os.geteuid() == 0:
+        assert len({sandboxuid.for_owner(o) for o in owners.values()}) == 3
+    if dockercg.usable():
+        assert len({dockercg.parent_for(o) for o in owners.values()}) == 3
+
+
 def test_a_gateway_hears_only_of_its_own_runs_on_a_shared_node() -> None:
     """Tried: gateway B asking a shared node `runs.status` of a run id gateway A's run carries (a run id is
     the gateway's to choose): the node's ledger was keyed by the id alone and told B of A's run."""

@@ -321,7 +321,7 @@ async def test_the_race_from_inside_a_real_sandbox(
 def test_a_workspace_root_another_account_made_first_is_refused(tmp_path: Path) -> None:
     """A workspaceRoot another account made first (in a shared dir) could have the workspaces in it renamed
     by that account between their check and Docker's mount: refused, naming the root, its owner and what
-    to do (engine.sysbin.foreign_hold, the hostWritable judgement: fresh round 16 a)."""
+    to do (engine.pathtrust.foreign_hold, the hostWritable judgement: fresh round 16 a)."""
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)

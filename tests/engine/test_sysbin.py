@@ -28,28 +28,3 @@ def test_only_system_dirs_are_searched(tmp_path: Path, monkeypatch: pytest.Monke
     assert sysbin.which("tool") is None
     monkeypatch.setattr(sysbin, "SYSTEM_PATH", ("/usr/bin", "/bin"))
     assert sysbin.which("sh") is not None
-
-
-def test_a_root_is_trusted_as_ours_only_when_no_other_account_holds_it(tmp_path: Path) -> None:
-    """foreign_hold (the hostWritable judgement): ours under a sticky /tmp passes; another owner, a
-    directory above writable by others without sticky, or one above owned by another account refuses."""
-    me = os.geteuid()
-    other = me + 4242
-    root = tmp_path / "work"
-    root.mkdir()
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    os.chmod(shared, 0o777)
-    (shared / "w").mkdir()
-    sticky = tmp_path / "sticky"
-    sticky.mkdir()
-    os.chmod(sticky, 0o1777)
-    (sticky / "w").mkdir()
-    assert sysbin.foreign_hold_at(str(root), me) is None
-    assert sysbin.foreign_hold_at(str(sticky / "w"), me) is None
-    assert "writable by other accounts" in (sysbin.foreign_hold_at(str(shared / "w"), me) or "")
-    assert f"not this gateway's uid {other}" in (sysbin.foreign_hold_at(str(root), other) or "")
-    if me == 0:  # only root can give a directory to another account
-        os.chown(tmp_path, other, other)
-        assert f"owned by uid {other}" in (sysbin.foreign_hold_at(str(root), me) or "")
-    assert sysbin.foreign_hold_at(str(tmp_path / "missing"), me) is not None

@@ -59,51 +59,79 @@ static void own_session_keyring(void) {
 }
 
 /* A seccomp filter installed after the fresh session keyring is joined, refusing what reaches past the
-   run's namespaces; every other syscall is allowed. The kernel's key store is the account's, in no
-   namespace: keyctl(KEYCTL_GET_PERSISTENT) handed a run the persistent keyring (fresh round 11 a), and the
-   user keyrings @u and @us are reached by their special ids and linked into any session keyring (fresh
-   round 14 c). So a run makes no keyring call at all: keyctl, add_key and request_key are EPERM (as in
-   Docker's default profile and the bwrap sandboxes'), whatever operation or keyring a call names. socket() opens only the families a network
-   namespace confines (the sandboxes' list, engine.sandbox.seccomprules.SOCKET_FAMILIES: unix, inet,
-   inet6, netlink), others EAFNOSUPPORT: AF_VSOCK ignores the agent's own network namespace and listened
-   on, and reached, the hypervisor's side with no proxy and no ask (fresh round 13 b). io_uring_setup is
-   refused (EPERM, as Docker refuses it): its socket operation makes a socket no filter sees. A syscall of
-   another architecture (x32, i386 on x86-64) is refused outright. */
-#ifndef SYS_io_uring_setup
-#define SYS_io_uring_setup 425
-#endif
+   run's namespaces and view; every other syscall is allowed. Its rules are the sandboxes' own
+   (engine/sandbox/seccomprules.py, HOST_ part), in rules.h as engine/sandbox/seccomphost.py writes it:
+   - keyctl, add_key, request_key EPERM: the kernel's key store is the account's, in no namespace:
+     keyctl(KEYCTL_GET_PERSISTENT) handed a run the persistent keyring (fresh round 11 a), and the user
+     keyrings @u and @us are reached by their special ids and linked into any session keyring (fresh round
+     14 c), so a run makes no keyring call at all, whatever operation or keyring a call names;
+   - io_uring_setup EPERM (as Docker refuses it): its socket operation makes a socket no filter sees;
+   - a mode with a set-id bit EPERM wherever a call gives one (chmod, fchmod, fchmodat, fchmodat2, open,
+     openat, creat, mknod, mknodat), openat2 ENOSYS (its mode is in a struct no filter reads; libc and
+     runtimes fall back to openat): a root gateway's run left a setuid copy of a program, root's, in its
+     hostWritable dir on the host (fresh round 17 a), as the sandboxes refuse since round 8 q;
+   - socket() only for the families a network namespace confines (unix, inet, inet6, netlink), others
+     EAFNOSUPPORT: AF_VSOCK ignores the agent's own network namespace and listened on, and reached, the
+     hypervisor's side with no proxy and no ask (fresh round 13 b).
+   A syscall of another architecture (x32, i386 on x86-64) is refused outright. */
+#include "rules.h"
 #if defined(__x86_64__)
 #define HOST_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define HOST_AUDIT_ARCH AUDIT_ARCH_AARCH64
 #endif
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "a mode's and a family's low word are read at their argument's offset: little-endian only"
+#endif
+#define MAX_FILTER 256
+#define LOW_WORD(n) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (n)))
+
+static void emit(struct sock_filter *code, size_t *len, struct sock_filter insn) {
+    if (*len >= MAX_FILTER) {
+        errno = E2BIG;
+        die("seccomp filter");
+    }
+    code[(*len)++] = insn;
+}
+
 static void refuse_beyond_namespaces(void) {
 #ifdef HOST_AUDIT_ARCH
-    struct sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, HOST_AUDIT_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+    struct sock_filter code[MAX_FILTER];
+    size_t n = 0;
+    const size_t families = sizeof HOST_SOCKET_FAMILIES / sizeof HOST_SOCKET_FAMILIES[0];
+    emit(code, &n, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)));
+    emit(code, &n, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, HOST_AUDIT_ARCH, 1, 0));
+    emit(code, &n, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+    emit(code, &n, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)));
 #if defined(__x86_64__)
-        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    emit(code, &n, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1));
+    emit(code, &n, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
 #endif
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_keyctl, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_add_key, 1, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_request_key, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])), /* the int's low word */
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 4, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 3, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    for (size_t i = 0; i < sizeof HOST_RULES / sizeof HOST_RULES[0]; i++) {
+        const struct host_rule *r = &HOST_RULES[i];
+        uint32_t refuse = SECCOMP_RET_ERRNO | (uint32_t)r->err;
+        if (r->mode_arg < 0) {  /* nr == this: refused */
+            emit(code, &n, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)r->nr, 0, 1));
+            emit(code, &n, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, refuse));
+            continue;
+        }
+        /* nr == this: its mode's low word (mode_t is 32 bits) with a set-id bit refused, else allowed */
+        emit(code, &n, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)r->nr, 0, 4));
+        emit(code, &n, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, LOW_WORD(r->mode_arg)));
+        emit(code, &n, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, HOST_SET_ID_BITS, 0, 1));
+        emit(code, &n, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, refuse));
+        emit(code, &n, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    }
+    /* socket: the family (an int: the low word) one of HOST_SOCKET_FAMILIES, else EAFNOSUPPORT; last, so
+       each family's match and a call that is not socket() land on the final allow */
+    emit(code, &n, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, (uint8_t)(families + 2)));
+    emit(code, &n, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, LOW_WORD(0)));
+    for (size_t i = 0; i < families; i++)
+        emit(code, &n, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)HOST_SOCKET_FAMILIES[i],
+                                                    (uint8_t)(families - i), 0));
+    emit(code, &n, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT));
+    emit(code, &n, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    struct sock_fprog prog = {.len = (unsigned short)n, .filter = code};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) die("seccomp");
 #endif

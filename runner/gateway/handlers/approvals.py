@@ -21,6 +21,7 @@ from engine.protocol.requests import (
     ApprovalsPending,
     ApprovalsStatus,
 )
+from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, compact
 from runner.gateway.handlers.common import agent_id, require_operator, session_key
 
 if TYPE_CHECKING:
@@ -134,6 +135,8 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
             _principal(conn), partial(services.journal.history.find, wanted, mine), conn.fair_key
         )
         view = entry.view() if entry is not None else None
+    if view is not None and not conn.operator:
+        view = {**view, "run": _own_run(record, view, caller, key)}
     theirs = view is not None and view.get("agentId") == caller and view.get("operator") is not True
     if view is None or (not conn.operator and not theirs):
         raise InvalidInput(f"unknown or expired approval id {wanted!r}")
@@ -174,7 +177,26 @@ async def history(services: Services, conn: Connection, req: ApprovalsHistory) -
 
 def _principal(conn: Connection) -> str:
     """Whose turn a history read takes in the fair pool: the operator's own queue, else the agent's."""
-    return "\x00operator" if conn.operator else conn.agent
+    return fairpool.queue_of(conn.operator, conn.agent)
+
+
+def _own_run(
+    record: ApprovalRecord | None, view: dict[str, Any], caller: str, key: str | None
+) -> dict[str, Any] | None:
+    """The run an agent's own call led to, never another requester's: one ask may be shared by several
+    principals (the operator's own call and an agent's identical one, fresh round 17 b), and each
+    requester's run is its own, with its own output. None when the caller's call has not run."""
+    if record is None:  # from the decision log: its run is its first requester's
+        first = (view.get("requesters") or [{}])[0]
+        return view.get("run") if str(first.get("principal") or caller) == caller else None
+    asker, first_key, _ = record.request.who()
+    if asker in ("", caller) and (key is None or key == first_key):
+        return record.run
+    for entry in record.joined:
+        if str(entry.get("principal") or "") == caller and (key is None or entry.get("sessionKey") == key):
+            run = entry.get("run")
+            return dict(run) if isinstance(run, dict) else None
+    return None
 
 
 def current_run(services: Services, view: dict[str, Any]) -> dict[str, Any]:
@@ -188,7 +210,12 @@ def current_run(services: Services, view: dict[str, Any]) -> dict[str, Any]:
         live = run.get("status") in LIVE_RUN  # an outcome written down is final: never looked up again
         session = services.sessions.get(sid) if live else None
         if session is not None and session.is_run(run):
+            # status and output from one moment: a run that ended is read before its outcome is noted
+            # (the detached run notes it after the end), and its tail must be that end's, not the start's
+            # (what memory holds: a session settled to disk has had its outcome noted by then)
             run.update(status=session.status, exitCode=session.exit_code)
+            if not session.output.settled:
+                run["tail"] = compact(session.output.aggregated(), FOLLOWUP_OUTPUT_CHARS)
         elif live and not (session is None and run.get("status") == "starting"):
             # (`starting` with no session yet: the spawn is under way and registers it next)
             run["status"] = "unknown"

@@ -29,7 +29,7 @@ async def check(services: Services, conn: Connection, req: PolicyCheck) -> dict[
     refusal), so the check and the run never disagree."""
     agent, key = agent_id(conn, req.agent_id), session_key(conn, req.session_key)
     decided = await fairpool.decisions.run(
-        agent,
+        fairpool.queue_of(conn.operator, agent),
         functools.partial(
             decide,
             req.command,

@@ -1,4 +1,4 @@
-"""Code a host program takes from files its argv names (engine.commands.treecode._argv_code) is bound by
+"""Code a host program takes from files its argv names (engine.commands.treefiles.argv_code) is bound by
 its bytes, and a tree no bytes hold (an unmodelled program's cwd, a toolchain dir, node_modules/.bin)
 asks with allow-once only: the legitimate side of each closed hole in tests/attacks/test_fresh_round4_g.py."""
 
@@ -75,10 +75,10 @@ def test_an_unmodelled_program_in_a_writable_tree_is_allow_once_only(tmp_path: P
 
 
 def test_a_response_file_outside_the_cwd_is_a_tree_the_program_reads(tmp_path: Path) -> None:
-    from engine.commands.treecode import _trees
+    from engine.commands.treefiles import unmodelled_trees
 
     (tmp_path / "b.rsp").write_text("-O2\n")
-    trees = list(_trees(["gcc", f"@{tmp_path}/b.rsp", "-c", "m.c"], "/"))
+    trees = list(unmodelled_trees(["gcc", f"@{tmp_path}/b.rsp", "-c", "m.c"], "/"))
     assert str(tmp_path) in trees, trees  # judged like the cwd: asks, allow-once only, when writable
 
 

@@ -3,6 +3,7 @@ them, the record's cache (an entry added is seen) and the record kept from every
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -176,3 +177,32 @@ def test_a_state_dir_is_judged_by_who_may_write_it_and_above(tmp_path: Path) -> 
         os.chown(other, 64016, 64016)
         assert "owned by uid 64016" in gatewaydirs.judge(str(other))
         assert "owned by uid 64016" in gatewaydirs.judge(str(other / "below"))
+
+
+def test_a_nodes_state_dir_is_recorded_only_when_it_is_that_nodes_own(tmp_path: Path) -> None:
+    """node_state_dir: a real 0700 dir of this uid holding node.json (0600, naming the node), under no dir
+    another account may change and in no agent's hostWritable dir; anything else is not the node's."""
+    base = tmp_path / "base"
+    base.mkdir(mode=0o755)
+    state = base / "node"
+    state.mkdir(mode=0o700)
+    ident = state / "node.json"
+    ident.write_text(json.dumps({"nodeId": "n1"}))
+    ident.chmod(0o600)
+    assert gatewaydirs.node_state_dir(str(state), "n1", [])
+    assert not gatewaydirs.node_state_dir(str(state), "n2", [])  # another node's
+    assert not gatewaydirs.node_state_dir(str(state), "n1", [str(base)])  # in a run's hostWritable dir
+    assert not gatewaydirs.node_state_dir(str(base), "n1", [str(state)])  # holding one
+    (tmp_path / "link").symlink_to(state)
+    assert not gatewaydirs.node_state_dir(str(tmp_path / "link"), "n1", [])  # a link on the way
+    os.chmod(state, 0o750)
+    assert not gatewaydirs.node_state_dir(str(state), "n1", [])  # open to its group
+    os.chmod(state, 0o700)
+    ident.chmod(0o644)
+    assert not gatewaydirs.node_state_dir(str(state), "n1", [])  # its identity readable by others
+    ident.chmod(0o600)
+    os.chmod(base, 0o777)
+    assert not gatewaydirs.node_state_dir(str(state), "n1", [])  # another account may rename it
+    os.chmod(base, 0o1777)
+    assert gatewaydirs.node_state_dir(str(state), "n1", [])  # sticky, as /tmp: no one else renames it
+    assert not gatewaydirs.node_state_dir(str(base / "missing"), "n1", [])

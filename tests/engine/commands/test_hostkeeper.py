@@ -421,6 +421,58 @@ def test_a_host_run_opens_only_the_socket_families_a_namespace_confines(tmp_path
     assert lines["io_uring"] == f"-1 {errno.EPERM}", done.stdout
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers of x86_64")
+def test_a_host_run_gives_no_file_a_set_id_bit(tmp_path: Path) -> None:
+    """Fresh round 17 a: every call that gives a file its mode refuses one with S_ISUID or S_ISGID (EPERM),
+    as the sandboxes' filters do (one rule set, engine.sandbox.seccomprules); openat2, whose mode no filter
+    reads, is ENOSYS. Modes without them (0755, the sticky 01777) are given as before."""
+    script = (
+        "import ctypes, os, stat\n"
+        "c = ctypes.CDLL(None, use_errno=True)\n"
+        "def tried(name, call):\n"
+        "    try:\n"
+        "        call(); print(name, 'done')\n"
+        "    except OSError as e:\n"
+        "        print(name, e.errno)\n"
+        "open('f', 'w').close()\n"
+        "fd = os.open('f', os.O_RDONLY)\n"
+        "tried('chmod', lambda: os.chmod('f', 0o4755))\n"
+        "tried('chmod-setgid', lambda: os.chmod('f', 0o2755))\n"
+        "tried('fchmod', lambda: os.fchmod(fd, 0o4755))\n"
+        "tried('fchmodat', lambda: os.chmod('f', 0o6755, dir_fd=os.open('.', os.O_RDONLY)))\n"
+        "tried('open', lambda: os.close(os.open('g', os.O_CREAT | os.O_WRONLY, 0o4755)))\n"
+        "tried('mknod', lambda: os.mknod('h', stat.S_IFREG | 0o2755))\n"
+        "r = c.syscall(452, -100, b'f', 0o4755, 0); print('fchmodat2', r, ctypes.get_errno())\n"
+        "r = c.syscall(85, b'i', 0o4755); print('creat', r, ctypes.get_errno())\n"
+        "how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o4755, 0)\n"
+        "r = c.syscall(437, -100, b'j', how, 24); print('openat2', r, ctypes.get_errno())\n"
+        "tried('plain', lambda: os.chmod('f', 0o755))\n"
+        "tried('sticky', lambda: os.chmod('f', 0o1777))\n"
+        "print('modes', *(oct(os.stat(n).st_mode & 0o7000) for n in os.listdir('.')))\n"
+    )
+    done = _run(f"exec python3 -c {shlex.quote(script)}", tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    for name in ("chmod", "chmod-setgid", "fchmod", "fchmodat", "open", "mknod"):
+        assert lines[name] == str(errno.EPERM), done.stdout
+    assert lines["fchmodat2"] in (f"-1 {errno.EPERM}", f"-1 {errno.ENOSYS}"), done.stdout  # (a kernel < 6.6)
+    assert lines["creat"] == f"-1 {errno.EPERM}", done.stdout
+    assert lines["openat2"] == f"-1 {errno.ENOSYS}", done.stdout
+    assert lines["plain"] == lines["sticky"] == "done", done.stdout
+    assert set(lines["modes"].split()) <= {"0o0", "0o1000"}, done.stdout  # no file got a set-id bit
+
+
+def test_the_helpers_rules_are_the_sandboxes_rule_set() -> None:
+    """exechost-hostenter is built with rules.h, which engine.sandbox.seccomphost writes from
+    engine.sandbox.seccomprules: the header in the tree is exactly that (run `python -m
+    engine.sandbox.seccomphost` after changing the rules), and its rules are a part of the sandboxes'."""
+    from engine.sandbox import seccomphost, seccomprules
+
+    assert seccomphost.HEADER.read_text() == seccomphost.header()
+    assert set(seccomprules.HOST_REFUSED_SYSCALLS) <= set(seccomprules.REFUSED_SYSCALLS)
+    assert set(seccomprules.HOST_UNSUPPORTED_SYSCALLS) <= set(seccomprules.UNSUPPORTED_SYSCALLS)
+
+
 @pytest.mark.parametrize("kept", [True, False], ids=["kept view", "own bwrap"])
 def test_a_host_runs_dev_holds_only_the_devices_a_command_needs(
     kept: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

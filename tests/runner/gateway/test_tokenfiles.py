@@ -8,8 +8,9 @@ import json
 import os
 from pathlib import Path
 
+from engine import principals
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, RemoteError, ensure_token, token_path
-from runner.gateway.tokenfiles import GatewayTokens, TokenFile
+from runner.gateway.tokenfiles import CredentialFiles, GatewayTokens, TokenFile
 from tests.helpers.gateway import connect, gateway, wait_until
 
 
@@ -69,3 +70,17 @@ async def test_a_replaced_gateway_token_drops_its_live_holders(state_dir: Path) 
         fresh = await connect(state_dir, "again", operator=False)  # reads the new gateway.json
         assert "sessions" in await fresh.request("sessions.list")
         await fresh.close()
+
+
+def test_the_credential_files_watch_sees_a_re_mint_a_removal_and_a_new_agent(state_dir: Path) -> None:
+    """What CredentialFiles keeps (the files' identities) is replaced by each change it must report."""
+    principals.mint(state_dir, "ops")
+    files = CredentialFiles(state_dir)
+    assert not files.changed()  # the first look is the baseline
+    assert not files.changed()
+    principals.mint(state_dir, "ops")  # re-minted (an atomic replace)
+    assert files.changed() and not files.changed()
+    principals.mint(state_dir, "dev")
+    assert files.changed()
+    principals.revoke(state_dir, "ops")
+    assert files.changed() and not files.changed()

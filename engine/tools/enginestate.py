@@ -1,0 +1,121 @@
+"""The container engines' own records of their containers, covered whole in every host view: Docker keeps
+each sandbox's config (its `docker.env`, another agent's key) in <data-root>/containers/<id>/config.v2.json,
+and containerd its OCI spec under its state dir while it runs (fresh round 17 a)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import struct
+from collections.abc import Mapping
+
+# Where the engines keep their state by default, the image's, container's and sandbox's records alike:
+# Docker's data-root and exec-root (its containerd's root and state, its runc's, its plugins' and netns'
+# are below them), a standalone containerd's root and state (and its runc's), Podman's and CRI-O's, LXC's,
+# LXD's and Incus's, the kubelet's (every pod's secret volumes), k3s's and RKE2's, the snap Docker's; the
+# rootless Docker's and Podman's in the home. A missing one is left out (never made: the host keeps none
+# it did not have); one made later changes the view's operations, so the next run's view covers it.
+KNOWN = (
+    "/var/lib/docker",
+    "/run/docker",
+    "/var/lib/containerd",
+    "/run/containerd",
+    "/run/runc",
+    "/run/crun",
+    "/var/lib/containers",
+    "/run/containers",
+    "/run/podman",
+    "/run/crio",
+    "/var/lib/lxc",
+    "/var/lib/lxd",
+    "/var/lib/incus",
+    "/var/snap/lxd/common/lxd",
+    "/var/lib/kubelet",
+    "/var/lib/rancher",
+    "/run/k3s",
+    "/var/snap/docker/common/var-lib-docker",
+    "/var/snap/docker/current/run",
+    "~/.local/share/docker",
+    "~/.local/share/containers",
+)
+DAEMON_CONFIG = "/etc/docker/daemon.json"  # dockerd's default --config-file
+
+
+def state_dirs(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Every present engine state dir (resolved): KNOWN, and the data-root and exec-root the Docker engine
+    on the local socket runs with, read where the daemon reads them (its command line, then its config
+    file): an operator's `data-root = /srv/docker` is covered as the default is. Never `/`, the home or a
+    directory holding it."""
+    env = os.environ if environ is None else environ
+    home = os.path.realpath(env.get("HOME") or os.path.expanduser("~"))
+    named = [p.replace("~", home, 1) if p.startswith("~") else p for p in KNOWN]
+    named += _docker_daemon_roots(env)
+    found: list[str] = []
+    for path in named:
+        if not os.path.isdir(path):  # (most are missing: one stat, no realpath; unreachable is missing too)
+            continue
+        real = os.path.realpath(path)
+        if real in (os.sep, home) or (home + os.sep).startswith(real + os.sep) or real in found:
+            continue
+        found.append(real)
+    return tuple(sorted(found))
+
+
+def _docker_daemon_roots(env: Mapping[str, str]) -> list[str]:
+    """The data-root and exec-root of the engine serving the local Docker socket (DOCKER_HOST or the
+    default), by its process (the socket's peer credentials): `--data-root`/`-g`, `--exec-root` and
+    `--config-file` on its command line, else the keys of its config file. [] when no local engine
+    answers, or it is in another pid namespace (peer pid 0). Read at each view (a file read, no API call):
+    a daemon restarted with another data-root is covered at the next run."""
+    host = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return []
+    pid = _peer_pid(host[len("unix://") :])
+    if pid <= 0:
+        return []
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [w.decode(errors="replace") for w in f.read().split(b"\0") if w]
+    except OSError:
+        return []
+    flags = _flags(argv, {"--data-root": "data-root", "-g": "data-root", "--graph": "data-root"})
+    flags |= _flags(argv, {"--exec-root": "exec-root", "--config-file": "config-file"})
+    config: dict[str, object] = {}
+    with contextlib.suppress(OSError, ValueError):
+        with open(flags.get("config-file", DAEMON_CONFIG), encoding="utf-8") as f:
+            loaded = json.load(f)
+        config = loaded if isinstance(loaded, dict) else {}
+    out = []
+    for key in ("data-root", "exec-root", "graph"):
+        value = flags.get(key, config.get(key))
+        if isinstance(value, str) and value.startswith(os.sep):
+            out.append(value)
+    return out
+
+
+def _flags(argv: list[str], names: dict[str, str]) -> dict[str, str]:
+    """The values of the named options in a Go-flag argv (`--x v`, `--x=v`, `-x v`), the last one winning."""
+    found: dict[str, str] = {}
+    for i, word in enumerate(argv):
+        head, eq, value = word.partition("=")
+        if head in names:
+            if eq:
+                found[names[head]] = value
+            elif i + 1 < len(argv):
+                found[names[head]] = argv[i + 1]
+    return found
+
+
+def _peer_pid(path: str) -> int:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(2.0)
+        sock.connect(path)
+        pid: int = struct.unpack("=iII", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        return pid
+    except OSError:
+        return 0
+    finally:
+        sock.close()
