@@ -119,6 +119,49 @@ async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict
     return out
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the engines' state dirs are covered by path (enginestate.KNOWN and the daemon's "
+    "data-root), so the same tree under a second name is shown: Docker's storage moved to a bigger disk by a bind mount "
+    "(/data/docker bound at /var/lib/docker, the common recipe) leaves /data/docker/containers/<id>/"
+    "config.v2.json, another agent's docker.env, to agent main's allowlisted grep",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search the engine's dirs")
+async def test_class1_the_engines_records_under_a_second_name_are_a_host_runs(state_dir: Path) -> None:
+    image = build_test_image()
+    secret = "ops-sandbox-key-5b0c13"
+    config = (
+        ALLOWLIST_HOST + '\n[[agents.list]]\nid = "ops"\ntools.exec.host = "sandbox"\n'
+        'tools.exec.security = "full"\ntools.exec.ask = "off"\nsandbox.mode = "all"\n'
+        'sandbox.backend = "docker"\nsandbox.scope = "agent"\n'
+        f'sandbox.docker.image = "{image}"\nsandbox.docker.env = {{ OPS_KEY = "{secret}" }}\n'
+    )
+    data = docker_ops.client().info().get("DockerRootDir") or "/var/lib/docker"
+    alias = Path(f"/srv/eh-r17a-{os.getpid()}")  # the operator's own name for the engine's disk
+    alias.mkdir(mode=0o700)
+    subprocess.run(["mount", "--bind", "-o", "ro", data, str(alias)], check=True)
+    try:
+        ops, main = await _two_agents(
+            state_dir,
+            config,
+            [
+                ("ops", "echo up", {}),
+                ("main", f"grep -rho --include=config.v2.json 'OPS_KEY=[a-z0-9-]*' {alias}/containers", {}),
+            ],
+        )
+    finally:
+        for c in docker_ops.list_sandboxes():
+            docker_ops.remove(c["Id"])
+        ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(str(alias)), 2)
+        with contextlib.suppress(OSError):
+            alias.rmdir()
+    assert "up" in ops["_text"], ops
+    assert main["status"] == "completed", main["_text"]
+    assert secret not in main["_text"], (
+        "agent main read ops's sandbox key through the engine disk's other name"
+    )
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search /var/lib/docker")
 @pytest.mark.parametrize(
     "records",
