@@ -665,3 +665,42 @@ async def test_class1_a_retired_agents_project_dir_is_every_agents_to_read(state
     retired = await attempt(state_dir, f"cat {work}/notes.txt", allow=[("/usr/bin/cat", None)])
     assert retired["status"] != "approval-pending", retired["_text"]
     assert "ops-private" not in retired["_text"], "agent main reads what retired agent ops left in its dir"
+
+
+# security.capability, VFS_CAP_REVISION_2 with the effective flag: CAP_SETUID (7) permitted and effective.
+_FILE_CAP_PROBE = (
+    "import os,struct,sys\n"
+    "p=os.path.join(sys.argv[1],'capped')\n"
+    "open(p,'w').close()\n"
+    "os.setxattr(p,'security.capability',struct.pack('<IIIII',0x02000001,1<<7,0,0,0))\n"
+    "print('set')\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a root gateway's host run may give a file it writes capabilities (setxattr "
+    "security.capability: its runs keep CAP_SETFCAP): 51bccef1 refused set-id modes in the host runs' "
+    "filter, not file capabilities, so an approved script or an allowlisted setcap/`tar --xattrs` leaves a "
+    "cap_setuid+ep program in the agent's hostWritable dir for any local account that reaches it (the "
+    "sandboxes make none: test_sandbox_docker_confine's no set-id file nor file capabilities)",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's runs hold CAP_SETFCAP")
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="the probe runs /usr/bin/python3")
+async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o755)
+    script = state_dir.parent / "h" / "cap.py"  # (in the home: read-only in the view, and shown)
+    script.write_text(_FILE_CAP_PROBE)
+    script.chmod(0o644)
+    details = await attempt(
+        state_dir,
+        f"/usr/bin/python3 {script} {work}",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+        + f'hostWritable = ["{work}"]\n',
+        workdir=str(work),
+    )
+    assert details["status"] == "completed", details["_text"]
+    capped = work / "capped"
+    names = os.listxattr(capped) if capped.exists() else []
+    assert "security.capability" not in names, f"{capped} carries file capabilities on the host"
