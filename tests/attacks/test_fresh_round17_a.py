@@ -667,12 +667,16 @@ async def test_class1_a_retired_agents_project_dir_is_every_agents_to_read(state
     assert "ops-private" not in retired["_text"], "agent main reads what retired agent ops left in its dir"
 
 
-# security.capability, VFS_CAP_REVISION_2 with the effective flag: CAP_SETUID (7) permitted and effective.
+# security.capability, VFS_CAP_REVISION_2 with the effective flag: CAP_SETUID (7) permitted and effective;
+# and a device node (here /dev/null's 1:3, 0666: the root disk's numbers would hand every account the disk).
 _FILE_CAP_PROBE = (
-    "import os,struct,sys\n"
-    "p=os.path.join(sys.argv[1],'capped')\n"
-    "open(p,'w').close()\n"
-    "os.setxattr(p,'security.capability',struct.pack('<IIIII',0x02000001,1<<7,0,0,0))\n"
+    "import os,stat,struct,sys\n"
+    "p=os.path.join(sys.argv[1],'planted')\n"
+    "if sys.argv[2]=='capability':\n"
+    "    open(p,'w').close()\n"
+    "    os.setxattr(p,'security.capability',struct.pack('<IIIII',0x02000001,1<<7,0,0,0))\n"
+    "else:\n"
+    "    os.mknod(p,stat.S_IFCHR|0o666,os.makedev(1,3))\n"
     "print('set')\n"
 )
 
@@ -680,14 +684,18 @@ _FILE_CAP_PROBE = (
 @pytest.mark.xfail(
     strict=True,
     reason="open: a root gateway's host run may give a file it writes capabilities (setxattr "
-    "security.capability: its runs keep CAP_SETFCAP): 51bccef1 refused set-id modes in the host runs' "
-    "filter, not file capabilities, so an approved script or an allowlisted setcap/`tar --xattrs` leaves a "
+    "security.capability: its runs keep CAP_SETFCAP) or make a device node (CAP_MKNOD: a 0666 node of the "
+    "root disk is every account's disk): 51bccef1 refused set-id modes in the host runs' filter, not "
+    "these, so an approved script or an allowlisted setcap/`tar --xattrs` leaves a "
     "cap_setuid+ep program in the agent's hostWritable dir for any local account that reaches it (the "
     "sandboxes make none: test_sandbox_docker_confine's no set-id file nor file capabilities)",
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's runs hold CAP_SETFCAP")
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="the probe runs /usr/bin/python3")
-async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(state_dir: Path) -> None:
+@pytest.mark.parametrize("what", ["capability", "device"])
+async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(
+    state_dir: Path, what: str
+) -> None:
     work = state_dir.parent / "w"
     work.mkdir(mode=0o755)
     script = state_dir.parent / "h" / "cap.py"  # (in the home: read-only in the view, and shown)
@@ -695,12 +703,16 @@ async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(st
     script.chmod(0o644)
     details = await attempt(
         state_dir,
-        f"/usr/bin/python3 {script} {work}",
+        f"/usr/bin/python3 {script} {work} {what}",
         config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
         + f'hostWritable = ["{work}"]\n',
         workdir=str(work),
     )
     assert details["status"] == "completed", details["_text"]
-    capped = work / "capped"
-    names = os.listxattr(capped) if capped.exists() else []
-    assert "security.capability" not in names, f"{capped} carries file capabilities on the host"
+    planted = work / "planted"
+    if what == "capability":
+        names = os.listxattr(planted) if planted.exists() else []
+        assert "security.capability" not in names, f"{planted} carries file capabilities on the host"
+    else:
+        mode = os.lstat(planted).st_mode if os.path.lexists(planted) else 0
+        assert not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)), f"{planted} is a device node on the host"
