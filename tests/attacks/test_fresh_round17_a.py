@@ -716,3 +716,27 @@ async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(
     else:
         mode = os.lstat(planted).st_mode if os.path.lexists(planted) else 0
         assert not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)), f"{planted} is a device node on the host"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a root gateway's host runs may write the host's sysctls: the view's fresh /proc covers "
+    "/proc/sys read-only only when access(\"/proc/sys\", W_OK) succeeds (hostenter's loop, as bwrap's "
+    "--proc), and procfs answers EACCES for its root sysctl dir even to root, so the cover is skipped. "
+    "An approved or full-security run (a build's recipe, a script) opens kernel.core_pattern for writing; "
+    "`|/agent/dir/x.sh` there runs the agent's script as root outside every namespace at the next crash "
+    "(the word check asks only when a word names /proc)",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+async def test_class1_a_root_host_run_opens_kernel_core_pattern_for_writing(state_dir: Path) -> None:
+    """Opened and closed, nothing written: tee reads an empty stdin, so the host's core_pattern is left
+    as it is; the exit says whether the open for writing was allowed (EROFS once /proc/sys is covered)."""
+    before = Path("/proc/sys/kernel/core_pattern").read_text()
+    details = await attempt(
+        state_dir,
+        "tee -a /proc/sys/kernel/core_pattern </dev/null",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+    )
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == before  # (nothing was written)
+    assert details["status"] == "completed", details["_text"]
+    assert details.get("exitCode") != 0, "a host run opened the host's kernel.core_pattern for writing"
