@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 from engine import fairpool, principals
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
+from tests.helpers.hostile_node import Hostile, ask
+from tests.helpers.sshd import SshdNode
 
 pytestmark = pytest.mark.asyncio
 
@@ -348,3 +351,42 @@ async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(sta
         finally:
             for client in (*mains, operator):
                 await client.close()
+
+
+GATEWAY_NODE = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's approval.request is cut field by field, but the decoded frame stays alive while "
+    "its ask waits (relay_approval holds `params` across `manager.wait`): a 4 MiB frame of `[{},…]` in a "
+    "field the gateway never reads pins ~100 MB per waiting ask, 8 per run, 64 per node",
+)
+async def test_class3_a_compromised_nodes_waiting_ask_pins_its_whole_decoded_frame(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Agent main runs `ls` on node alpha, which is compromised. It asks once for that run (a run it was
+    given: the ask is filed and waits for the operator), carrying a 4 MiB list of empty objects in a field
+    no one reads. What the gateway keeps for the waiting ask must be the ask's own cut fields."""
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(GATEWAY_NODE + config)
+    hostile = Hostile(sshd_nodes[0], state_dir)
+    pad = [{} for _ in range(1_400_000)]  # ~4.2 MB of JSON
+    async with gateway(state_dir) as server:
+        main = await connect(state_dir, operator=False)
+        try:
+            running = asyncio.ensure_future(main.request("exec", {"command": "ls", "node": "alpha"}))
+            run = await hostile.next_run()
+            frame = ask("r1", str(run["params"]["runId"]), pad=pad)
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                await hostile.inject(frame)
+                await wait_until(lambda: server.services.approvals.pending(), timeout=60)
+                held = tracemalloc.get_traced_memory()[0] - base
+            finally:
+                tracemalloc.stop()
+            running.cancel()
+            assert held < 16 * MiB, f"the waiting ask holds {held / MiB:.0f} MiB"
+        finally:
+            await main.close()
