@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import tracemalloc
 from pathlib import Path
@@ -11,7 +12,11 @@ from typing import Any
 
 import pytest
 
-from engine import fairpool, principals
+from console import socket_asks
+from engine import fairpool, principals, statefs
+from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
+from engine.approvals.socket.wire import request_decision
+from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.hostile_node import Hostile, ask
@@ -390,3 +395,51 @@ async def test_class3_a_compromised_nodes_waiting_ask_pins_its_whole_decoded_fra
             assert held < 16 * MiB, f"the waiting ask holds {held / MiB:.0f} MiB"
         finally:
             await main.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a socket ask is relayed with the gateway token's proof (`anonymous>main@<gateway token "
+    "id>`), never the exec-approvals.sock token that made it: replacing a leaked socket token shuts it out "
+    "at the next frame, but its asks already relayed stay approvable, and an allow-always saves main's entry",
+)
+async def test_class1_a_replaced_socket_tokens_relayed_ask_still_saves_main_an_allow_always(
+    state_dir: Path,
+) -> None:
+    """exec-approvals.sock's token leaked; its holder asks for `cat /etc/hostname` on the socket, and the
+    console relays the ask to the gateway (as `socket_decider` does). The operator replaces the token in
+    exec-approvals.json (the leaked holder's next frame is refused), then, later, answers the waiting ask
+    allow-always. Nothing the replaced token asked may still be saved for main."""
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    store.ensure()
+    path, leaked = store.socket_info()
+    async with gateway(state_dir) as server:
+        console = await connect(state_dir)
+
+        async def decider(prompt: PromptRequest) -> str:  # console/app.py socket_decider, gateway up
+            answer = await console.request(socket_asks.relay_params(prompt))
+            return str(answer.get("decision") or "deny")
+
+        sock = ApprovalSocketServer(
+            path, store.socket_token_now, decider=decider, config_path=state_dir / "config.toml"
+        )
+        await sock.start()
+        try:
+            body = {"command": "cat /etc/hostname", "cwd": "/"}
+            asking = asyncio.ensure_future(request_decision(path, leaked, body, timeout=120))
+            await wait_until(lambda: server.services.approvals.pending())
+            raw = json.loads((state_dir / "exec-approvals.json").read_text())
+            raw["socket"]["token"] = "replaced-" + "x" * 40
+            statefs.atomic_write(state_dir / "exec-approvals.json", json.dumps(raw))
+            refused = await request_decision(path, leaked, {"command": "true", "cwd": "/"}, timeout=30)
+            assert refused in (None, "deny")
+            waiting = server.services.approvals.pending()
+            if waiting:
+                await console.request("approve", {"id": waiting[0].id, "decision": "allow-always"})
+            await asyncio.wait_for(asking, 60)
+            saved = [e.pattern for e in ApprovalsStore(state_dir / "exec-approvals.json").entries("main")]
+            assert not any("cat" in p for p in saved), saved
+        finally:
+            await sock.close()
+            await console.close()
