@@ -443,3 +443,37 @@ async def test_class1_a_replaced_socket_tokens_relayed_ask_still_saves_main_an_a
         finally:
             await sock.close()
             await console.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the approvals file maps the legacy agent id `default` to `main` (normalize_agent_id), "
+    "but `default` is a valid agent name the config lists like any other: agent default's allow-always "
+    "is saved as main's, and main then runs that command unasked (and default reads main's entries)",
+)
+async def test_class2_an_agent_named_default_shares_agent_mains_allowlist(state_dir: Path) -> None:
+    """The operator lists an agent `default` (its own credential, the global policy: allowlist, asks on a
+    miss). It asks for `cat /etc/hostname`; the operator approves it always, for agent default. Agent main
+    (the gateway token alone) then runs the same command: it must still ask."""
+    write_config(state_dir, ALLOWLIST + listed("default"))
+    token = principals.mint(state_dir, "default")
+    async with gateway(state_dir) as server:
+        default = await connect(state_dir, operator=False, credential=token)
+        main = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            asked = await default.request("exec", {"command": "cat /etc/hostname"})
+            assert asked["details"]["status"] == "approval-pending", asked
+            await operator.request(
+                "approve", {"id": asked["details"]["approvalId"], "decision": "allow-always"}
+            )
+            await wait_until(lambda: not server.services.approvals.pending())
+            await wait_until(lambda: ApprovalsStore(state_dir / "exec-approvals.json").load().agents)
+            theirs = await main.request("exec", {"command": "cat /etc/hostname"})
+            assert theirs["details"]["status"] == "approval-pending", (
+                theirs["details"]["status"],
+                theirs["text"],
+            )
+        finally:
+            for client in (default, main, operator):
+                await client.close()
