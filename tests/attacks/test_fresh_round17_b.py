@@ -477,3 +477,48 @@ async def test_class2_an_agent_named_default_shares_agent_mains_allowlist(state_
         finally:
             for client in (default, main, operator):
                 await client.close()
+
+
+NON_MAIN = (
+    '[tools.exec]\nsecurity = "full"\nask = "off"\n\n'
+    '[agents.defaults.sandbox]\nmode = "non-main"\nbackend = "bwrap"\n'
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `sandbox.mode = non-main` tells the main session by a case-folded compare "
+    "(is_sandboxed lowercases), while session overrides are looked up by the exact key: `MAIN` is "
+    "`agent:main:MAIN`, not sandboxed and under none of `agent:main:main`'s overrides, so it runs on the "
+    "host after the operator set security=deny on the main session",
+)
+async def test_class5_a_case_variant_of_the_main_session_runs_on_the_host_past_its_lockdown(
+    state_dir: Path,
+) -> None:
+    """Only the agent's main session runs on the host (`non-main`: every other session in a bwrap
+    sandbox). The operator locks that session down (`/exec security=deny` on `agent:main:main`). Agent
+    main then sends its command with the session key `MAIN`: it must run in a sandbox (a session of its
+    own, not the main one) or be refused as the main one is, never on the host."""
+    write_config(state_dir, NON_MAIN)
+    home = state_dir.parent / "h"
+    probe = f"test -d {home} && echo ON-HOST || echo IN-SANDBOX"
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            await operator.request(
+                "policy.override", {"directive": "/exec security=deny", "sessionKey": "agent:main:main"}
+            )
+            with pytest.raises(RemoteError, match="security=deny"):
+                await main.request("exec", {"command": probe, "sessionKey": "main"})
+            other = await main.request("exec", {"command": probe, "sessionKey": "s2"})
+            assert "IN-SANDBOX" in other["text"], other  # any other session: the sandbox
+            try:
+                variant = await main.request("exec", {"command": probe, "sessionKey": "MAIN"})
+                text = variant["text"]
+            except RemoteError as exc:
+                text = str(exc)
+            assert "ON-HOST" not in text, text
+        finally:
+            for client in (main, operator):
+                await client.close()
