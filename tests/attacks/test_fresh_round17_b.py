@@ -332,7 +332,7 @@ async def test_class1_a_credential_re_minted_on_disk_keeps_its_live_connection(s
 )
 async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(state_dir: Path) -> None:
     """Agent main sends, on four connections, a command whose glob the decision expands in its view over a
-    tree of links to itself (`d/*/*/*/*/*/*/*/zzz`: ten million lookups, cut at the expansion's 5 s). The
+    tree of links to itself (`d/*/*/*/*/*/*/*/*/zzz`: 10^8 lookups, cut at the expansion's 5 s). The
     pool runs one call of a principal at a time, and the other worker is free for every other principal.
     The operator then runs `ls /` of its own: it must be decided at once, not after main's queue."""
     write_config(state_dir, ALLOWLIST)
@@ -345,7 +345,7 @@ async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(sta
         mains = [await connect(state_dir, operator=False) for _ in range(4)]
         operator = await connect(state_dir)
         try:
-            slow = {"command": "ls d/*/*/*/*/*/*/*/zzz", "workdir": str(work)}
+            slow = {"command": "ls d/*/*/*/*/*/*/*/*/zzz", "workdir": str(work)}
             theirs = [asyncio.ensure_future(client.request("exec", slow)) for client in mains]
             await wait_until(lambda: fairpool.decisions.waiting("main") >= 3, timeout=30)
             mine = await operator.request("exec", {"command": "ls /", "workdir": str(work)})
