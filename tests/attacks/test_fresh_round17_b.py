@@ -522,3 +522,38 @@ async def test_class5_a_case_variant_of_the_main_session_runs_on_the_host_past_i
         finally:
             for client in (main, operator):
                 await client.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's hello is kept for its link's life (`NodeLink.hello`) with `caps` and `pathEnv` "
+    "uncut: `caps` is `[str(c) for c in …]`, so a 4 MiB list of `{}` becomes 1.4 million strings (~80 MB "
+    "per link, 16 MiB frames allowed), where every other field a node sends is cut to a size",
+)
+async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Node alpha is compromised: its hello lists 1.4 million capabilities (`{}` each). The gateway keeps
+    what it needs of a hello (its id, its name, the capabilities it knows) for as long as the link is up:
+    it must not keep megabytes of the node's words."""
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(GATEWAY_NODE + config)
+    hostile = Hostile(sshd_nodes[0], state_dir)
+    hello = json.loads((sshd_nodes[0].root / "hello.json").read_text())
+    hello["caps"] = [*hello["caps"], *({} for _ in range(1_400_000))]
+    (sshd_nodes[0].root / "hello.json").write_text(json.dumps(hello))
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        try:
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                running = asyncio.ensure_future(main.request("exec", {"command": "ls", "node": "alpha"}))
+                await hostile.next_run()  # the link is up: its hello was read and kept
+                held = tracemalloc.get_traced_memory()[0] - base
+            finally:
+                tracemalloc.stop()
+            running.cancel()
+            assert held < 16 * MiB, f"the link keeps {held / MiB:.0f} MiB of the node's hello"
+        finally:
+            await main.close()
