@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web as aiohttp_web
 
 from console import socket_asks
+from console import web as web_console
 from engine import fairpool, principals, statefs
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import request_decision
@@ -557,3 +560,48 @@ async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life
             assert held < 16 * MiB, f"the link keeps {held / MiB:.0f} MiB of the node's hello"
         finally:
             await main.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the web console's access log prints `/static/<filename>` as the request named it, "
+    "percent-decoded: any local account that can reach the loopback port writes ESC and BEL sequences "
+    "(an OSC title, a screen clear, a title report that types into the shell) into the operator's terminal",
+)
+async def test_class1_a_local_peer_writes_escapes_into_the_operators_terminal_through_the_access_log() -> (
+    None
+):
+    """`exechost console --web` logs one line per request on its stderr: the operator's terminal. Another
+    Unix account on the machine (an agent's own account in the strong setup: the port is on the host's
+    loopback) needs no key to ask for a public file; its path names one that does not exist, spelled with
+    escape sequences. Nothing that reaches the operator's terminal may hold a control character."""
+    lines: list[str] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    port = web_console.free_port()
+    server = web_console.GuardedServer("true", port)
+    runner = aiohttp_web.AppRunner(await server._make_app(), access_log_class=web_console.RouteAccessLog)
+    access = logging.getLogger("aiohttp.access")
+    kept, level = Kept(), access.level
+    access.addHandler(kept)
+    access.setLevel(logging.INFO)
+    await runner.setup()
+    site = aiohttp_web.TCPSite(runner, web_console.HOST, port)
+    await site.start()
+    try:
+        reader, writer = await asyncio.open_connection(web_console.HOST, port)
+        head = f"GET /static/%1b%5d0%3bPWNED%07%1b%5b2J HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        writer.write((head + "Connection: close\r\n\r\n").encode())
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 404"), answer[:80]
+        await wait_until(lambda: lines)
+        assert not any(ch in line for line in lines for ch in "\x1b\x07"), lines
+    finally:
+        await runner.cleanup()
+        access.removeHandler(kept)
+        access.setLevel(level)
