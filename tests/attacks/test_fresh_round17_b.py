@@ -67,7 +67,15 @@ async def test_class3_an_agents_waiting_polls_pin_24x_their_budget_in_decoded_pa
                 for client in (agent, *more)
                 for _ in range(3)
             ]
-            await wait_until(lambda: server._intake.requests.get("main", 0) >= 15, timeout=60)
+            # all read and waiting, or the agent's budget says no more may be read (a budget that counts
+            # what a request holds stops earlier)
+            await wait_until(
+                lambda: (
+                    server._intake.requests.get("main", 0) >= 15
+                    or any(c.intake_full for c in server.connections)
+                ),
+                timeout=60,
+            )
             held = _rss() - base
             await operator.request("process", {"action": "kill", "sessionId": sid})
             for poll in polls:
