@@ -234,30 +234,32 @@ async def test_class5_a_non_utf8_path_in_a_decided_ask_breaks_the_operators_hist
     "the operator's run (its own /tmp, never main's) once the operator approves the two",
 )
 async def test_class2_agent_main_reads_the_operators_run_output_through_a_joined_ask(state_dir: Path) -> None:
-    """The operator keeps a note in its own /tmp (its own places, never main's: fresh round 15 b) and
-    runs `cat /tmp/op-note` naming no agent (main's policy: it asks). Agent main sends the identical call
-    (same command and workdir): it joins the ask as a second requester, shown to the operator as main's.
-    The operator approves once: `cat` of main's own /tmp is harmless to main. Each requester's run reads
-    its own /tmp; main then asks `approvals.status` of the id its call was answered with."""
+    """The operator keeps a note in its own /tmp (its own places, never main's: fresh round 15 b; here
+    the private dir's stand-in) and runs `cat` of it naming no agent (main's policy: it asks). Agent main
+    sends the identical call (same command and workdir): it joins the ask as a second requester, shown to
+    the operator as main's. The operator approves once: `cat` of main's own /tmp is harmless to main.
+    Each requester's run reads its own /tmp (main's has no note); main then asks `approvals.status` of the
+    id its call was answered with."""
     write_config(state_dir, ALLOWLIST)
     home = str(state_dir.parent / "h")
+    # the private dir (the test's stand-in for /tmp: tests/conftest.py), a copy of its own per principal
+    note = os.path.join(os.environ["EXECHOST_HOST_PRIVATE"], "op-note")
     async with gateway(state_dir):
         operator = await connect(state_dir)
         main = await connect(state_dir, operator=False)
         try:
-            made = await operator.request(
-                "exec", {"command": "printf OPSECRET > /tmp/op-note", "workdir": home}
-            )
+            made = await operator.request("exec", {"command": f"printf OPSECRET > {note}", "workdir": home})
             await operator.request("approve", {"id": made["details"]["approvalId"], "decision": "allow-once"})
             await wait_until(lambda: _ran(operator, made["details"]["approvalId"]))
-            own = await operator.request("exec", {"command": "cat /tmp/op-note", "workdir": home})
-            joined = await main.request("exec", {"command": "cat /tmp/op-note", "workdir": home})
+            own = await operator.request("exec", {"command": f"cat {note}", "workdir": home})
+            joined = await main.request("exec", {"command": f"cat {note}", "workdir": home})
             ask = str(own["details"]["approvalId"])
             assert joined["details"]["approvalId"] == ask, (own, joined)
             await operator.request("approve", {"id": ask, "decision": "allow-once"})
             await wait_until(lambda: _ran(operator, ask))
-            seen = await main.request("approvals.status", {"approvalId": ask})
-            assert "OPSECRET" not in str(seen), seen
+            for params in ({"approvalId": ask}, {"approvalId": ask, "sessionKey": ""}):
+                seen = await main.request("approvals.status", params)
+                assert "OPSECRET" not in str(seen), (params, seen["details"].get("run"))
         finally:
             for client in (main, operator):
                 await client.close()
