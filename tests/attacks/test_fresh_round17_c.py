@@ -391,3 +391,44 @@ async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir
     except gatewaydirs.StateDirRefusedError:
         return  # refused at start: what a host run chose is never a gateway's policy
     assert ran["details"]["status"] in ("approval-pending", "denied"), ran["details"]
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: $EXECHOST_CONFIG is checked for its file's owner and mode only (following links), never "
+    "judged by who may write the dirs above it: another account that may write its dir links the path to "
+    "another root-owned config (a dev gateway's, security full) and the running gateway reloads it.",
+)
+async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_another_root_file(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator keeps the gateway's config outside the state dir ($EXECHOST_CONFIG) in a dir another
+    account may write (the config file itself is root's, 0600: the loader takes it). That account
+    renames it aside and puts a link in its place to a file the operator keeps elsewhere for another
+    gateway (root's too, `security = "full"`): the link is followed, the target's owner is root, and the
+    running gateway's next look at its config (a stat per request) loads it: an agent's command that
+    asked before runs unasked."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)  # the other account's dir (a team dir, a group-writable /srv)
+    config = shared / "config.toml"
+    config.write_text(ALLOWLIST)
+    os.chmod(config, 0o600)
+    other = root / "dev-gateway"
+    other.mkdir(mode=0o700)
+    (other / "config.toml").write_text(FULL)  # the operator's other gateway's config
+    os.chmod(other / "config.toml", 0o600)
+    monkeypatch.setenv("EXECHOST_CONFIG", str(config))
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            before = await client.request("exec", {"command": "id", "workdir": str(root)})
+            assert before["details"]["status"] == "approval-pending"
+            as_nobody(f"mv {q(config)} {q(shared / 'old')} && ln -s {q(other / 'config.toml')} {q(config)}")
+            after = await client.request("exec", {"command": "id", "workdir": str(root)})
+        finally:
+            await client.close()
+    assert after["details"]["status"] in ("approval-pending", "denied"), after["details"]
