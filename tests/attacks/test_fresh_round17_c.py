@@ -19,6 +19,7 @@ import pytest
 from engine import unixsock
 from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
+from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
@@ -432,3 +433,41 @@ async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_an
         finally:
             await client.close()
     assert after["details"]["status"] in ("approval-pending", "denied"), after["details"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the record of state dirs is kept in each gateway's $HOME, and a gateway may run with "
+    "another HOME (EXECHOST_HOST_HOME names it): a second gateway of this account recorded under its own "
+    "HOME is no state dir the first one's views cover, and the first one's host run reads its tokens.",
+)
+async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covered(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gateways of one account, each a service with a HOME of its own (named in EXECHOST_HOST_HOME, as
+    the docs allow): the second records its state dir in its own home's `~/.exechost-gateways`, which the
+    first gateway's views never read. A host run of the first reads the second's operator token."""
+    root = state_dir.parent
+    first_home = Path(os.environ["HOME"])
+    other_home, other_state = root / "h2", root / "s2"
+    other_home.mkdir(mode=0o700)
+    other_state.mkdir(mode=0o700)
+    write_config(other_state, ALLOWLIST)
+    with monkeypatch.context() as other:
+        for key, value in (("HOME", other_home), ("EXECHOST_HOST_HOME", other_home)):
+            other.setenv(key, str(value))
+        other.setenv("OPENCLAW_STATE_DIR", str(other_state))
+        async with gateway(other_state):
+            pass
+    token = read_token(other_state, OPERATOR_TOKEN_NAME)
+    assert token and Path(os.environ["HOME"]) == first_home
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            got = await client.request(
+                "exec", {"command": f"cat {other_state}/operator.json", "workdir": str(root)}
+            )
+        finally:
+            await client.close()
+    assert token not in got["text"], "a host run read the other gateway's operator token"
