@@ -20,6 +20,7 @@ from engine import unixsock
 from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
+from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
@@ -471,3 +472,63 @@ async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covere
         finally:
             await client.close()
     assert token not in got["text"], "a host run read the other gateway's operator token"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a second gateway of this account recorded under another HOME is not covered in the "
+    "first's views; when its state dir is in one of the first's hostWritable dirs, a host run plants "
+    "sandbox-bin/egress-forward with the stamp that vouches for it, and the second gateway runs it as "
+    "its own uid, outside any view, at its next host run.",
+)
+async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_every_view(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gateway B (a service with a HOME of its own) keeps its state dir in a project dir that gateway A's
+    agent may write (A's `hostWritable`). B's record is in B's home, so A's views show the dir as it is,
+    writable. A's agent writes B's forwarder and its stamp (the digest of the public source). B's next
+    host run starts its agent's network namespace, whose forwarder is that file: it runs as the gateway's
+    uid in the host's mount namespace, outside every view."""
+    root = state_dir.parent
+    project = root / "proj"
+    project.mkdir(mode=0o700)
+    other_home, other_state = root / "h2", project / "gw2"
+    other_home.mkdir(mode=0o700)
+    other_state.mkdir(mode=0o700)
+    write_config(other_state, FULL)
+    marker = root / "outside"
+
+    def as_other(patch: pytest.MonkeyPatch) -> None:
+        for key, value in (("HOME", other_home), ("EXECHOST_HOST_HOME", other_home)):
+            patch.setenv(key, str(value))
+        patch.setenv("OPENCLAW_STATE_DIR", str(other_state))
+
+    with monkeypatch.context() as other:
+        as_other(other)
+        async with gateway(other_state):
+            pass
+    write_config(state_dir, FULL + f'hostWritable = ["{project}"]\n')
+    bin_dir = other_state / "sandbox-bin"
+    helper = bin_dir / "egress-forward"
+    plant = (
+        f"mkdir -p {bin_dir} && printf '#!/bin/sh\\nid -u > {marker}\\nexec sleep 600\\n' > {helper} "
+        f"&& chmod 755 {helper} && echo {forwarder.source_digest()} > {helper}.sha"
+    )
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            done = await client.request("exec", {"command": plant, "workdir": str(project)})
+        finally:
+            await client.close()
+    if done["details"]["status"] != "completed" or not helper.exists():
+        return  # B's state dir was covered: nothing of A's agent reaches B's helpers
+    with monkeypatch.context() as other:
+        as_other(other)
+        async with gateway(other_state):
+            client = await connect(other_state, "agent", operator=False)
+            try:
+                await client.request("exec", {"command": "true", "workdir": str(root)})
+            finally:
+                await client.close()
+            await wait_until(marker.exists)
+    assert marker.read_text().strip() != str(os.geteuid()), "A's agent's program ran as B, outside views"
