@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from engine import unixsock
+from engine import principals, unixsock
 from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.pending import stored_asks
 
 NOBODY = 65534
@@ -532,3 +532,73 @@ async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_ev
                 await client.close()
             await wait_until(marker.exists)
     assert marker.read_text().strip() != str(os.geteuid()), "A's agent's program ran as B, outside views"
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a revoke writes what it owes the nodes (node-revocations.json) and sends only what that "
+    "file holds; on a full disk (an agent's host runs can fill it) the write fails, the revoke goes on, "
+    "and no node, even a connected one, is told: the revoked agent's node runs go on.",
+)
+async def test_class7_a_revoke_on_a_full_disk_still_reaches_the_nodes(
+    state_dir: Path, sshd_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent ops runs a long command on a node; its host runs fill the filesystem the gateway's state dir
+    is on; the operator revokes ops. What the revoke owes the nodes cannot be written down first (a revoke
+    never waits on what it owes), and the nodes are told from that record: the node must still end what
+    ops left running there, at least while it is connected."""
+    node = sshd_nodes[0]
+    nodes_text = (state_dir / "config.toml").read_text()
+    write_config(node.state_dir, FULL)  # the node runs what it is sent
+    pid_file = node.marks / "pid"
+    with small_tmpfs(state_dir.parent / "t", "8m") as fs:
+        state = fs / "s"
+        state.mkdir(mode=0o700)
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        write_config(state, FULL.replace('"gateway"', '"auto"') + nodes_text + listed("ops"))
+        gatewaydirs.record(os.environ["HOME"], str(state))  # the operator's, as `agents add` records it
+        token = principals.mint(state, "ops")
+        async with gateway(state):
+            agent = await connect(state, "ops", operator=False, credential=token)
+            operator = await connect(state, "op")
+            try:
+                command = f"echo started > {pid_file}; exec sleep {NAP}"
+                started = await agent.request(
+                    "exec", {"command": command, "host": "node", "node": node.name, "background": True}
+                )
+                assert started["details"]["status"] == "running", started["details"]
+                await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30)
+                pid = await wait_until(_napping)
+                top_up(fs / "fill")  # what the agent's host runs wrote (a hostWritable dir on this disk)
+                revoked = await operator.request("agents.revoke", {"agent": "ops"})
+                assert revoked["revoked"] is True
+                alive = _running_pid(pid)  # (the answer waits for the connected nodes to act)
+            finally:
+                await agent.close()
+                await operator.close()
+                for left in [_napping()]:
+                    if left:
+                        os.kill(left, 9)
+        assert not alive, "ops's command on the node outlived its revoke"
+
+
+NAP = "600.1717"  # the node command's own mark in the process table
+
+
+def _napping() -> int:
+    """The pid of the node command (`sleep NAP`) still running, else 0."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", NAP.encode()] and _running_pid(int(entry.name)):
+                    return int(entry.name)
+    return 0
+
+
+def _running_pid(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
