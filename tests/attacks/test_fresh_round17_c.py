@@ -628,3 +628,38 @@ async def test_class3_an_agents_socket_in_a_shared_sticky_dir_takes_the_dir_over
     except GatewayBusy:
         pass  # refused at start: a dir the gateway does not own alone never holds the agents' socket
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777, oct(os.stat(shared).st_mode)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a recorded state dir that holds the view's own state dir is never covered (others() "
+    "skips it: a cover would hide the view's own); a dev gateway whose state dir is inside the main one's "
+    "shows its host runs the main gateway's tokens.",
+)
+async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's main gateway keeps its state in /srv-like `main`, and a second (a dev gateway) in a
+    dir inside it, `main/dev`. Both are recorded; the dev gateway's views cover every other recorded state
+    dir except one that holds their own, so a host run of the dev gateway's agent reads the main
+    gateway's operator token."""
+    root = state_dir.parent
+    main, dev = root / "main", root / "main" / "dev"
+    main.mkdir(mode=0o700)
+    write_config(main, ALLOWLIST)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(main))
+    async with gateway(main):
+        pass
+    token = read_token(main, OPERATOR_TOKEN_NAME)
+    assert token
+    dev.mkdir(mode=0o700)
+    write_config(dev, FULL)
+    gatewaydirs.record(os.environ["HOME"], str(dev))
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(dev))
+    async with gateway(dev):
+        client = await connect(dev, "agent", operator=False)
+        try:
+            got = await client.request("exec", {"command": f"cat {main}/operator.json", "workdir": str(root)})
+        finally:
+            await client.close()
+    assert token not in got["text"], "a host run of the dev gateway read the main gateway's operator token"
