@@ -28,6 +28,7 @@ from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, wr
 from tests.helpers.pending import stored_asks
 
 NOBODY = 65534
+PAGE = os.sysconf("SC_PAGE_SIZE")  # what a tmpfs gives a file at a time
 
 
 def as_nobody(script: str) -> None:
@@ -128,7 +129,7 @@ async def test_class7_an_approved_run_that_fills_the_disk_and_is_removed_never_r
                 await operator.request("approve", {"id": aid, "decision": "allow-once"})
                 await wait_until(lambda: os.statvfs(fs).f_bavail == 0 and count.exists(), timeout=20)
                 with contextlib.suppress(Exception):  # its answer does not matter, its journal line does
-                    await agent.request("exec", {"command": "echo " + "x" * 6000, "workdir": str(work)})
+                    await agent.request("exec", {"command": "echo " + "x" * (2 * PAGE), "workdir": str(work)})
                 with open(gate, "w") as g:  # the approved run ends now
                     g.write("done\n")
 
@@ -203,10 +204,10 @@ async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_aga
                 await wait_until(lambda: os.statvfs(fs).f_bavail == 0 and any(runs.iterdir()), timeout=20)
                 before = journal.stat().st_size
                 # a long ask: its journal line fills the journal's last page, and its append fails
-                long = {"command": "echo " + "x" * 6000, "workdir": str(cwd)}
+                long = {"command": "echo " + "x" * (2 * PAGE), "workdir": str(cwd)}
                 waiting.append(asyncio.ensure_future(other.request("exec", long)))
                 await wait_until(
-                    lambda: journal.stat().st_size > before and journal.stat().st_size % 4096 == 0
+                    lambda: journal.stat().st_size > before and journal.stat().st_size % PAGE == 0
                 )
                 await server.services.journal.flush()  # what B's ask queued is written (or failed)
                 top_up(fill)  # whatever a failed write gave back meanwhile is the agent's file's again
@@ -246,7 +247,7 @@ def top_up(path: Path) -> None:
     """Append to `path` until its filesystem is full."""
     with contextlib.suppress(OSError), open(path, "ab", buffering=0) as f:
         while True:
-            f.write(b"\0" * 4096)
+            f.write(b"\0" * PAGE)
 
 
 async def _pending(operator: Any) -> list[dict[str, Any]]:
