@@ -440,9 +440,10 @@ async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_an
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: the record of state dirs is kept in each gateway's $HOME, and a gateway may run with "
-    "another HOME (EXECHOST_HOST_HOME names it): a second gateway of this account recorded under its own "
-    "HOME is no state dir the first one's views cover, and the first one's host run reads its tokens.",
+    reason="open (a limit docs/SECURITY.md states): the record of state dirs is kept in each gateway's "
+    "$HOME, and a gateway may run with another HOME (EXECHOST_HOST_HOME names it): a second "
+    "gateway of this account recorded under its own HOME is no state dir the first one's views "
+    "cover, and the first one's host run reads its tokens.",
 )
 async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covered(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -478,10 +479,11 @@ async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covere
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: a second gateway of this account recorded under another HOME is not covered in the "
-    "first's views; when its state dir is in one of the first's hostWritable dirs, a host run plants "
-    "sandbox-bin/egress-forward with the stamp that vouches for it, and the second gateway runs it as "
-    "its own uid, outside any view, at its next host run.",
+    reason="open: the stated limit (a gateway under another HOME is not covered) is code outside every "
+    "view: a second gateway of this account recorded under another HOME is not covered in the "
+    "first's views; when its state dir is in one of the first's hostWritable dirs, a host run "
+    "plants sandbox-bin/egress-forward with the stamp that vouches for it, and the second gateway "
+    "runs it as its own uid, outside any view, at its next host run.",
 )
 async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_every_view(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -633,9 +635,9 @@ async def test_class3_an_agents_socket_in_a_shared_sticky_dir_takes_the_dir_over
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: a recorded state dir that holds the view's own state dir is never covered (others() "
-    "skips it: a cover would hide the view's own); a dev gateway whose state dir is inside the main one's "
-    "shows its host runs the main gateway's tokens.",
+    reason="open (a limit docs/SECURITY.md states): a recorded state dir that holds the view's own is "
+    "never covered (others() skips it: a cover would hide the view's own); a dev gateway whose "
+    "state dir is inside the main one's shows its host runs the main gateway's tokens.",
 )
 async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
