@@ -494,6 +494,7 @@ class SandboxManager:
         if settings.workspace_access != "rw":
             own.append(lay.sandbox_workspace)
         give_dirs(user, own)
+        channel.prepare()  # (its FIFO and exec dirs' dir, the container user's as the dir is)
         created_at = now_ms()
         kwargs = await fairpool.to_thread(  # reads a seccomp profile file when one is configured
             docker_ops.create_kwargs,

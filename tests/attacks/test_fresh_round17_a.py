@@ -55,13 +55,6 @@ def small_state_dir(state: Path, mib: int = 16, inodes: int = 0):
         libc.umount2(os.fsencode(str(state)), 2)  # MNT_DETACH: the workspace's loop mount goes with it
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a sandbox's control dir (/.exechost, the supervisor's FIFOs) is a writable bind of "
-    "<state>/sandbox-ctl/<name> on the state dir's own filesystem with no cap: the workspace got a capped "
-    "filesystem of its own (round 10 b), the control dir did not, so one agent's sandbox fills the disk the "
-    "gateway's journal, approvals and every other agent's logs are written to",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's sandbox (a capped workspace of its own)")
 @pytest.mark.parametrize("what", ["bytes", "inodes"])
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
@@ -158,13 +151,6 @@ async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_
     assert secret not in main["_text"], "agent main read ops's sandbox key from Docker's own records"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Docker sandbox's init (and its supervisor) keep the engine's log pipe as stdout, and "
-    "a command of the same uid reopens it through /proc/1/fd/1: what it writes lands in "
-    "/var/lib/docker/containers/<id>/<id>-json.log on the host's disk, uncapped (no log_config: json-file "
-    "without max-size); bwrap's log got a 4 KiB tail for the same hole, Docker's got nothing",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox (uid 0, as its init)")
 async def test_class3_a_docker_sandbox_floods_the_engines_log_of_its_container(state_dir: Path) -> None:
     image = build_test_image()
