@@ -300,6 +300,7 @@ class SandboxManager:
                 await self._touch(lay.name, None)
                 return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
         if state.exists and state.running and channel.alive() and state.config_hash == expected:
+            await fairpool.to_thread(channel.prepare)  # (an exited gateway's exec dirs go: sv.furnish)
             self._known[lay.name] = _Known(
                 expected, (sv.bin_dir() / "busybox").exists(), scope_key=lay.scope_key
             )

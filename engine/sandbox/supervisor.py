@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import math
 import os
 import secrets
 import shlex
@@ -286,10 +287,15 @@ class Channel:
 
     def prepare(self) -> None:
         """The control dir, its request FIFO and its exec dirs' dir, made (again) by the host: the
-        sandbox binds it read-only. Call it again after the dir is handed to the container's user."""
+        sandbox binds it read-only. Call it again after the dir is handed to the container's user.
+        Exec dirs nobody uses are removed: all of them while no supervisor runs; the first time this
+        process prepares the dir, those made before it started (an exited gateway's slots: their
+        processes saw EOF and left, and only the host may remove their dirs now)."""
         statefs.ensure_private_dir(self.path.parent)
         statefs.ensure_private_dir(self.path)
-        furnish(self.path, stale=not self.alive())
+        first = self.name not in _prepared
+        _prepared.add(self.name)
+        furnish(self.path, stale_before=math.inf if not self.alive() else _SINCE if first else None)
 
     def send(self, line: str) -> None:
         data = (line + "\n").encode()
@@ -396,11 +402,12 @@ class Channel:
                 os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
 
 
-def furnish(path: Path, *, stale: bool = False) -> None:
+def furnish(path: Path, *, stale_before: float | None = None) -> None:
     """`ctl` (a FIFO) and `x` (a dir) in the control dir, each made where missing or not what it should be,
     and owned as the dir is (the container's user). A `ctl` FIFO is never replaced: a supervisor may hold
-    it. `stale`: no supervisor reads it, so the exec dirs left in x by an earlier one are removed (the
-    supervisor removed them itself at its start while it could write here)."""
+    it. `stale_before`: exec dirs in x made before then are removed (the supervisor removed them itself at
+    its start while it could write here). Removing one in use harms nothing: a command holds its FIFOs
+    open already, and a ready slot is checked in place before it is taken (engine.sandbox.slots)."""
     dfd = _open_dir(str(path))
     try:
         st = os.fstat(dfd)
@@ -421,12 +428,14 @@ def furnish(path: Path, *, stale: bool = False) -> None:
                 have = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             if (have.st_uid, have.st_gid) != owner:
                 os.chown(name, *owner, dir_fd=dfd, follow_symlinks=False)
-        if stale:
+        if stale_before is not None:
             xfd = _open_dir("x", dfd)
             try:
                 for entry in os.listdir(xfd):
                     with contextlib.suppress(OSError):
-                        _remove_entry(entry, xfd, os.stat(entry, dir_fd=xfd, follow_symlinks=False))
+                        st = os.stat(entry, dir_fd=xfd, follow_symlinks=False)
+                        if st.st_ctime < stale_before:
+                            _remove_entry(entry, xfd, st)
             finally:
                 os.close(xfd)
     finally:
@@ -438,6 +447,10 @@ def _remove_entry(name: str, dir_fd: int, st: os.stat_result) -> None:
         shutil.rmtree(name, dir_fd=dir_fd)  # fd-based: links inside are removed, never followed
     else:
         os.unlink(name, dir_fd=dir_fd)
+
+
+_SINCE = time.time()  # (about when this process started: every exec dir it makes is newer)
+_prepared: set[str] = set()  # control dirs this process has prepared once (and pruned then)
 
 
 def write_file(name: str, text: str, dir_fd: int) -> None:
