@@ -152,7 +152,18 @@ async def test_class1_another_agents_docker_sandbox_env_is_a_root_gateways_host_
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox (uid 0, as its init)")
-async def test_class3_a_docker_sandbox_floods_the_engines_log_of_its_container(state_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "flood",
+    [
+        'head -c 8388608 /dev/zero | tr "\\0" x > /proc/1/fd/1',
+        # (the neighbour: stderr, in lines: one JSON record each)
+        'head -c 8388608 /dev/zero | tr "\\0" x | fold -w 4096 > /proc/1/fd/2',
+    ],
+    ids=["stdout", "stderr-lines"],
+)
+async def test_class3_a_docker_sandbox_floods_the_engines_log_of_its_container(
+    state_dir: Path, flood: str
+) -> None:
     image = build_test_image()
     config = (
         '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
@@ -162,7 +173,7 @@ async def test_class3_a_docker_sandbox_floods_the_engines_log_of_its_container(s
     try:
         details = await attempt(
             state_dir,
-            'head -c 8388608 /dev/zero | tr "\\0" x > /proc/1/fd/1 && echo flooded',
+            flood + " && echo flooded",
             config=config,
         )
         logs = [

@@ -125,8 +125,8 @@ def test_joined_goes_first_in_the_kept_view_and_after_the_signal_words_of_a_runs
     assert hostview.is_wrapped(wrapped)  # exit_status still reads bwrap's signals through it
 
 
-def _pids_line(text: str) -> str:
-    found = re.search(r"\d+:pids:(\S+)", text)
+def _pids_line(text: str, controller: str = "pids") -> str:
+    found = re.search(rf"\d+:{controller}:(\S+)", text)
     assert found is not None, text
     return found.group(1)
 
@@ -163,10 +163,14 @@ async def test_every_host_run_starts_in_its_agents_group(
                     if got["details"]["status"] != "running":
                         break
             expected = bwraplimits.host_pids_group("ops")
+            memory = bwraplimits.host_memory_group("ops")
         finally:
             await client.close()
     assert expected is not None
     assert _pids_line(text) == "/" + str(expected.relative_to(PIDS)), text
+    if bwrapmemory.usable():  # its share of the RAM too, as its sandboxes' (fresh round 17 a)
+        assert memory is not None
+        assert _pids_line(text, "memory") == "/" + str(memory.relative_to(MEMORY)), text
 
 
 @needs_pids
@@ -194,6 +198,9 @@ async def test_the_operators_runs_join_its_own_group_whichever_agent_they_name(
     assert cap == _pid_max() // bwraplimits.AGENT_PIDS_SHARE
     assert _pids_line(res["text"]) == f"/exechost-operator-{state_id()}", res["text"]
     assert not group.exists()  # removed with the gateway's other emptied host groups
+    if bwrapmemory.usable():  # its RAM in a group of its own too, no agent's
+        assert _pids_line(res["text"], "memory") == f"/exechost-operator-{state_id()}", res["text"]
+        assert not (MEMORY / f"exechost-operator-{state_id()}").exists()
 
 
 def test_sandbox_explain_says_how_host_runs_are_capped(
