@@ -15,7 +15,10 @@ import pytest
 
 from engine.sandbox import bwrap, docker_ops
 from tests.attacks.harness import attempt
+from tests.helpers.browser import browser_image
 from tests.helpers.sandbox import build_test_image
+
+__all__ = ["browser_image"]  # fixtures
 
 SANDBOXED = (
     '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
@@ -85,6 +88,56 @@ async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_di
         assert left > (1 << 20 if what == "bytes" else 256), (
             f"one agent's sandbox left the state dir {what} {left}"
         )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a browser sandbox's socket dir (/.exechost-browser, where its socat makes cdp.sock and "
+    "novnc.sock) is a writable bind of <state>/b/<hash> on the state dir's own filesystem with no cap, "
+    "the control dir's neighbour: a compromised browser (the threat docs/SECURITY.md names for that dir) "
+    "fills the disk the gateway's journal and approvals are written to. The sockets must be made inside "
+    "(socat listens there), so a read-only bind will not do: a capped filesystem of its own (a tmpfs a "
+    "root gateway mounts there, as wsfs does the workspace) would",
+)
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's browser sandbox")
+async def test_class3_a_browser_sandbox_fills_the_state_dirs_disk_through_its_socket_dir(
+    state_dir: Path, browser_image: str
+) -> None:
+    """The browser's own processes (as a compromised chromium would) write 64 MiB into its socket dir."""
+    from tests.helpers.browser import CONFIG
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    with small_state_dir(state_dir):
+        write_config(state_dir, CONFIG)
+        (state_dir / "sandboxes").mkdir(mode=0o700)
+        try:
+            async with gateway(state_dir):
+                op = await connect(state_dir, "op")
+                try:
+                    started = await op.request("browser.start", {"agentId": "main"})
+                finally:
+                    await op.close()
+                done = (
+                    docker_ops.client()
+                    .containers.get(started["containerName"])
+                    .exec_run(
+                        [
+                            "/bin/sh",
+                            "-c",
+                            "dd if=/dev/zero of=/.exechost-browser/fill bs=1M count=64; echo wrote",
+                        ]
+                    )
+                )
+                st = os.statvfs(state_dir)
+        finally:
+            from engine.sandbox.browser import list_browsers
+
+            for c in list_browsers():
+                docker_ops.remove(c["Id"])
+    assert b"wrote" in done.output, done.output
+    left = st.f_bavail * st.f_frsize
+    assert left > 1 << 20, f"one agent's browser sandbox left the state dir {left} bytes"
 
 
 async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict]]) -> list[dict]:
