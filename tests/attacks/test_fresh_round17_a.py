@@ -90,15 +90,6 @@ async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_di
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a browser sandbox's socket dir (/.exechost-browser, where its socat makes cdp.sock and "
-    "novnc.sock) is a writable bind of <state>/b/<hash> on the state dir's own filesystem with no cap, "
-    "the control dir's neighbour: a compromised browser (the threat docs/SECURITY.md names for that dir) "
-    "fills the disk the gateway's journal and approvals are written to. The sockets must be made inside "
-    "(socat listens there), so a read-only bind will not do: a capped filesystem of its own (a tmpfs a "
-    "root gateway mounts there, as wsfs does the workspace) would",
-)
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's browser sandbox")
 async def test_class3_a_browser_sandbox_fills_the_state_dirs_disk_through_its_socket_dir(
