@@ -161,11 +161,11 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def _private_mounts() -> set[str]:
     """The agents' capped private dirs mounted now (engine.commands.privatefs: <state>/hostprivate/<agent>),
-    and the sandbox workspaces' own filesystems (engine.sandbox.wsfs), as a root gateway leaves them for
-    the next one."""
+    the browser sandboxes' socket dirs (engine.sandbox.sockdirfs: <state>/b/<hash>), and the sandbox
+    workspaces' own filesystems (engine.sandbox.wsfs), as a root gateway leaves them for the next one."""
     with open("/proc/self/mountinfo") as f:
         points = {line.split()[4] for line in f}
-    return {p for p in points if os.path.basename(os.path.dirname(p)) == "hostprivate"} | set(
+    return {p for p in points if os.path.basename(os.path.dirname(p)) in ("hostprivate", "b")} | set(
         _workspace_mounts()
     )
 

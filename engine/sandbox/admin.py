@@ -235,6 +235,7 @@ def _host_view_explained(config: Any, agent_id: str, problems: list[str]) -> dic
         "kept": helper,
         "gatewayHostCommandsSee": sees,
         "pidsCap": bwraplimits.host_pids_cap(helper),  # with or without the view (engine.tools.exec_host)
+        "memoryCap": bwraplimits.host_memory_cap(helper),
     }
 
 

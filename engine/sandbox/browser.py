@@ -19,7 +19,7 @@ from typing import Any
 
 from engine import statefs
 from engine.principals import is_operators, operator_scope
-from engine.sandbox import agentcap, docker_ops, dockercg, wsbudget, wsfs
+from engine.sandbox import agentcap, docker_ops, dockercg, sockdirfs, wsbudget, wsfs
 from engine.sandbox.manager import SandboxError, refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
@@ -371,6 +371,7 @@ class BrowserManager:
             else:
                 ensure_dir(settings.workspace_root, blay.workspace_dir)
             ensure_dir(str(statefs.state_dir()), blay.socket_dir)
+            sockdirfs.ensure(blay.socket_dir)  # (capped: the container writes there)
         except WorkspaceError as exc:
             raise SandboxError(str(exc)) from None
         uid, _, gid = (user or "").partition(":")

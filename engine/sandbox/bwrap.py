@@ -143,6 +143,8 @@ def start(
     if uid is not None:
         sandboxuid.give_tree(lay.workspace_dir, uid)
         sandboxuid.give_control(sv.ctl_dir(lay.name), uid)
+        if sv.ctl_dir(lay.name).is_dir():  # its FIFO and exec dirs' dir, the new owner's
+            sv.furnish(sv.ctl_dir(lay.name))
     with budget_lock():
         # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
         binds = bindfds.open_binds(settings.docker, bind_roots(lay))

@@ -140,10 +140,40 @@ def operator_pids_group() -> Path | None:
     return None
 
 
+def host_memory_group(agent_id: str) -> Path | None:
+    """The memory cgroup an agent's gateway-host runs join after the pids one (exechost-hostenter `join`),
+    in the agent's own group with its sandboxes of both backends: capped at the agent's share of the RAM
+    (rambudget.AGENT_MEMORY_SHARE), the owner group at the same, the install's at its own. A run left in
+    the gateway's own group took what the host had (fresh round 17 a: an allowlisted `grep x /dev/zero`
+    buffers a line that never ends), and the OOM killer then chose among the gateway and every agent's
+    runs. None where no v1 memory hierarchy is writable here."""
+    return bwrapmemory.memory_cgroup(HOST_GROUP, f"agent-{slugify(agent_id)}", None)
+
+
+def operator_memory_group() -> Path | None:
+    """The memory cgroup the operator's own gateway-host runs join: a principal of its own, outside every
+    agent's group and the install's (as operator_pids_group), capped at a quarter of the RAM too."""
+    if not bwrapmemory.usable():
+        return None
+    group = bwrapmemory.MEMORY_BASE / f"exechost-operator-{state_id()}"
+    try:
+        group.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):  # (EBUSY: more in use than a lower cap; it stays as it was)
+            (group / "memory.limit_in_bytes").write_text(str(mem_total() // AGENT_MEMORY_SHARE))
+        return group
+    except OSError:
+        return None
+
+
+def _host_bases() -> tuple[Path, ...]:
+    """Every hierarchy host runs' groups are made in: pids, and memory where it is writable."""
+    return _cgroup_bases() + ((bwrapmemory.MEMORY_BASE,) if bwrapmemory.usable() else ())
+
+
 def drop_host_groups() -> None:
     """The gateway stops: its agents' host-run groups, once empty, and the owner and install groups they
     leave empty (rmdir refuses a group with a task or a child: a held session's stays for the next)."""
-    for base in _cgroup_bases():
+    for base in _host_bases():
         install = base / f"exechost-{state_id()}"
         operator = base / f"exechost-operator-{state_id()}"
         for group in [*install.glob(f"*/{HOST_GROUP}"), *install.glob("*"), install, operator]:
@@ -262,6 +292,18 @@ def host_pids_cap(helper: str | None) -> str:
     if helper is None:
         return "none: exechost-hostenter is not built (scripts/setup.sh), and it is what joins the group"
     return f"the agent's pids cgroup, with its sandboxes of both backends: pid_max/{AGENT_PIDS_SHARE}"
+
+
+def host_memory_cap(helper: str | None) -> str:
+    """How an agent's gateway-host runs' RAM is capped here, for `sandbox explain`."""
+    if not bwrapmemory.usable():
+        return "none: no writable cgroup v1 memory hierarchy (a cgroup v2 subtree is not used yet)"
+    if helper is None:
+        return "none: exechost-hostenter is not built (scripts/setup.sh), and it is what joins the group"
+    return (
+        f"the agent's memory cgroup, with its sandboxes of both backends: 1/{AGENT_MEMORY_SHARE} of the RAM "
+        f"({_mib(mem_total() // AGENT_MEMORY_SHARE)})"
+    )
 
 
 def own_cgroup() -> Path | str:

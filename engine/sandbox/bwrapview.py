@@ -178,8 +178,9 @@ def plan(
         argv += [] if joined else ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
         grants.append((landlock.EXEC, AGENT_MOUNT))
     if control:
-        argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
-        grants.append((landlock.WRITE, sv.CTL_MOUNT))
+        # read-only: its FIFOs still open for writing; the host makes every entry (supervisor.furnish)
+        argv += ["--ro-bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
+        grants.append((landlock.WRITE_EXISTING, sv.CTL_MOUNT))
     if not joined:
         argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
     grants.append((landlock.EXEC, sv.BIN_MOUNT))

@@ -177,7 +177,8 @@ def create_kwargs(
     volumes = [f"{lay.workspace_dir}:{d.workdir}:rw"]
     if lay.agent_mount is not None:
         volumes.append(f"{lay.agent_mount}:{AGENT_MOUNT}:ro")
-    volumes.append(f"{sv.ctl_dir(lay.name)}:{sv.CTL_MOUNT}:rw")
+    # read-only: its FIFOs still open for writing; the host makes every entry (supervisor.furnish)
+    volumes.append(f"{sv.ctl_dir(lay.name)}:{sv.CTL_MOUNT}:ro")
     volumes.append(f"{sv.bin_dir()}:{sv.BIN_MOUNT}:ro")
     command = sv.supervisor_command(has_busybox)
     environment = {**env, "OPENCLAW_CLI": "1"}
@@ -215,6 +216,10 @@ def _cap_drop(configured: tuple[str, ...]) -> list[str]:
     return [*configured, *(c for c in HOST_FILE_CAPS if c not in names)]
 
 
+# One file (no rotated ones beside it) of at most this much: a flood rotates in place.
+LOG_CONFIG: dict[str, Any] = {"type": "json-file", "config": {"max-size": "64k", "max-file": "1"}}
+
+
 def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
     """What every exechost container shares: init, read-only root, tmpfs, dropped capabilities,
     no-new-privileges, profiles, limits (sandboxes and browser sandboxes alike)."""
@@ -238,6 +243,10 @@ def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
         "mem_limit": rambudget.container_memory(d.memory),
         "security_opt": security_opt,
         "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in d.ulimits.items()],
+        # The container's init keeps the engine's log pipe as stdout, and a command of its uid reopens it
+        # (/proc/1/fd/1): its log on the host's disk is a capped one, whatever the daemon's default driver
+        # (fresh round 17 a; bwrap's is a 4 KiB tail). json-file, so `docker logs` still reads it.
+        "log_config": dict(LOG_CONFIG),
     }
     if user:
         kwargs["user"] = user

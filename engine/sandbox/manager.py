@@ -300,6 +300,7 @@ class SandboxManager:
                 await self._touch(lay.name, None)
                 return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
         if state.exists and state.running and channel.alive() and state.config_hash == expected:
+            await fairpool.to_thread(channel.prepare)  # (an exited gateway's exec dirs go: sv.furnish)
             self._known[lay.name] = _Known(
                 expected, (sv.bin_dir() / "busybox").exists(), scope_key=lay.scope_key
             )
@@ -494,6 +495,7 @@ class SandboxManager:
         if settings.workspace_access != "rw":
             own.append(lay.sandbox_workspace)
         give_dirs(user, own)
+        channel.prepare()  # (its FIFO and exec dirs' dir, the container user's as the dir is)
         created_at = now_ms()
         kwargs = await fairpool.to_thread(  # reads a seccomp profile file when one is configured
             docker_ops.create_kwargs,

@@ -336,6 +336,7 @@ class Pool:
             _, has_bb = sv.ensure_bin_dir()
             user = settings.docker.user or workspace_user(workspace)
             give_dirs(user, [str(sv.ctl_dir(name)), workspace])
+            sv.Channel(name).prepare()  # (its FIFO and exec dirs' dir, the container user's as the dir is)
             return _identity(workspace), has_bb, user
 
         try:

@@ -19,6 +19,13 @@ from engine.sessions.fdreader import FdReader
 RESIZE_ATTEMPTS = 6  # ~2 s of retries in all (0.1 s, 0.2 s, …) before a resize is given up
 
 
+def argv_for(busybox: str, exec_id: str) -> list[str]:
+    """runpty.sh in the container, for the exec dir `exec_id`."""
+    inner = f"{sv.CTL_MOUNT}/x/{exec_id}"
+    shell = [busybox, "sh"] if busybox else ["/bin/sh"]
+    return [*shell, f"{sv.BIN_MOUNT}/runpty.sh", busybox, inner]
+
+
 class DockerPtyProcess(InContainer):
     """A PTY command: `docker exec -t` through the Engine API (a real PTY inside the container)."""
 
@@ -46,14 +53,16 @@ class DockerPtyProcess(InContainer):
         exec_id, xfd, efd = self._channel.new_exec_dir()
         self._dir = (exec_id, xfd, efd)
         sv.write_file("spec", script, efd)
-        self._channel.give(["spec"], efd)
-        inner = f"{sv.CTL_MOUNT}/x/{exec_id}"
-        argv = (
-            [busybox or "/bin/sh"]
-            + (["sh"] if busybox else [])
-            + [f"{sv.BIN_MOUNT}/runpty.sh", busybox, inner]
-        )
+        # The command's pid comes through a FIFO: the control dir is read-only in the container.
+        os.mkfifo("pid", 0o600, dir_fd=efd)
+        self._channel.give(["spec", "pid"], efd)
+        pid_fd = sv.fifo_fd("pid", os.O_RDONLY | os.O_NONBLOCK, efd)
+        try:
+            await self._begin(argv_for(busybox, exec_id), cols, rows, handoff, pid_fd)
+        finally:
+            os.close(pid_fd)
 
+    async def _begin(self, argv: list[str], cols: int, rows: int, handoff: bool, pid_fd: int) -> None:
         def create_and_start() -> tuple[str, Any]:
             created = self._api.exec_create(self._container, argv, stdin=True, tty=True)
             raw = self._api.exec_start(created["Id"], tty=True, socket=True)
@@ -67,10 +76,12 @@ class DockerPtyProcess(InContainer):
         if not handoff:
             self._streams.add(os.dup(sock.fileno()), "pty")
         self.resize(cols, rows)
+        said = b""
         for _ in range(200):
-            text = sv.read_small("pid", efd)
-            if text and text.strip().isdigit():
-                self.pid = int(text.strip())
+            with contextlib.suppress(BlockingIOError):
+                said = (said + os.read(pid_fd, 32))[:32]
+            if said.endswith(b"\n") and said.strip().isdigit():
+                self.pid = int(said.strip())
                 break
             await asyncio.sleep(0.005)
 

@@ -113,9 +113,9 @@ def _give(dir_fd: int, uid: int) -> None:
 
 
 def give_control(path: Path, uid: int) -> None:
-    """The control dir: its supervisor makes its FIFO and exec dirs there, so it is `uid`'s, emptied of
-    what an earlier sandbox under another uid left (the supervisor could not remove it); the gateway
-    hands each exec's files to that owner (engine.sandbox.supervisor.Channel.give)."""
+    """The control dir: `uid`'s, emptied of what the gateway made there for an earlier sandbox under
+    another uid; the gateway makes its FIFO and exec dirs again for `uid` (engine.sandbox.supervisor.
+    furnish) and hands each exec's files to that owner (supervisor.Channel.give)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -33,7 +33,9 @@ DEFAULT_PREFIX = DEFAULT_CONTAINER_PREFIX
 AGENT_MOUNT = "/agent"
 DEFAULT_TMPFS = ("/tmp", "/var/tmp", "/run")
 # Bumped whenever the mounts change shape: forces a recreate of cold containers.
-MOUNT_FORMAT_VERSION = 5  # 5: sized tmpfs, a memory limit and our seccomp profile (hardening_kwargs)
+# 5: sized tmpfs, a memory limit and our seccomp profile (hardening_kwargs); 6: a read-only control dir and
+# a capped engine log
+MOUNT_FORMAT_VERSION = 6
 HOT_WINDOW_MS = 5 * 60 * 1000
 MODES = ("off", "non-main", "all")
 SCOPES = ("session", "agent", "shared")

@@ -1,12 +1,16 @@
 """Warm exec without a `docker exec` round trip: a tiny shell supervisor in each container spawns commands.
 
-The container's main process is a busybox-sh loop reading requests from a FIFO in a private, bind-mounted
-control dir (host `<state>/sandbox-ctl/<name>` ↔ `/.exechost`). Each command gets a dir there holding its
-spec script and FIFOs for stdin, stdout, stderr and status, and runs in its own session so a kill reaches
-its whole process group. `slot <id>` prepares such a dir ahead of its command: a process waits in it, in
-its session, for the spec (engine.sandbox.slots); `run <id>` starts a command from scratch (run.sh: the path
-of containers whose supervisor predates slots). Everything in the control dir is writable by the container,
-so the host treats it as hostile: every open goes through directory fds with O_NOFOLLOW and checks the file
+The container's main process is a busybox-sh loop reading requests from a FIFO in a private control dir
+(host `<state>/sandbox-ctl/<name>` ↔ `/.exechost`), bound read-only: the host makes everything in it (the
+request FIFO, each command's dir, spec and FIFOs), and the sandbox may only open those FIFOs, which a
+read-only mount leaves writable, and read the rest. A writable bind was a dir on the state dir's own
+filesystem with no cap, which one agent's sandbox could fill, bytes or inodes (fresh round 17 a). Each
+command gets a dir there holding its spec script and FIFOs for stdin, stdout, stderr and status, and runs
+in its own session so a kill reaches its whole process group. `slot <id>` prepares such a dir ahead of its
+command: a process waits in it, in its session, for the spec (engine.sandbox.slots); `run <id>` starts a
+command from scratch (run.sh: the path of containers whose supervisor predates slots). The FIFOs, and
+what the container's uid may do to its own entries (chmod), are still the container's, so the host treats
+the control dir as hostile: every open goes through directory fds with O_NOFOLLOW and checks the file
 type, and nothing in it is ever parsed beyond short status lines.
 """
 
@@ -15,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import math
 import os
 import secrets
 import shlex
+import shutil
 import signal as signal_mod
 import stat
 import struct
@@ -38,10 +44,8 @@ SUPERVISOR_SH = f"""\
 B="$1"
 C={CTL_MOUNT}
 umask 077
-$B rm -rf "$C/x" "$C/ctl"
-$B mkdir -p "$C/x" || exit 1
-$B mkfifo -m 600 "$C/ctl" || exit 1
-exec 3<>"$C/ctl"
+# ctl and x are the host's (Channel.prepare: the control dir is read-only here)
+exec 3<>"$C/ctl" || exit 1
 # A slot (engine.sandbox.slots): this fork of the supervisor (no exec) holds the status FIFO and waits for
 # the slot's process, which gets the streams and waits in a session of its own for the host's go. Its $0 is
 # the spec's path, so that messages read as when `sh spec` ran it.
@@ -97,11 +101,11 @@ echo "exit $?" >&9
 # the status FIFO. It says it is ready, then waits for the host's go line on stdin (busybox's read takes a
 # pipe byte by byte: nothing after the line is consumed): "in" (the rest of the in FIFO is the command's
 # stdin) or "null" (/dev/null). The spec then runs in this shell, as run.sh's `sh spec` did, with SHLVL as
-# that chain's one more shell left it. On EOF the host dropped the slot: it goes.
+# that chain's one more shell left it. On EOF the host dropped the slot: it goes (the host removes its dir).
 SLOT_SH = """\
 echo "pid $$" >&9
 exec 9>&-
-IFS= read -r g || { $1 rm -rf "$2"; exit 0; }
+IFS= read -r g || exit 0
 case "$g" in
   in) ;;
   null) exec 0</dev/null ;;
@@ -111,8 +115,10 @@ SHLVL=$((SHLVL + 1))
 . "$2/spec"
 """
 
+# pid is a FIFO the host made and reads (engine.sandbox.ptyexec); opened read-write, so the open never waits
+# for the host's reader.
 RUNPTY_SH = """\
-echo $$ > "$2/pid"
+echo $$ 1<>"$2/pid"
 exec $1 sh "$2/spec"
 """
 
@@ -222,7 +228,7 @@ def spec_script(
     return "\n".join(lines) + "\n"
 
 
-def _fifo_fd(name: str, flags: int, dir_fd: int) -> int:
+def fifo_fd(name: str, flags: int, dir_fd: int) -> int:
     fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     if not stat.S_ISFIFO(os.fstat(fd).st_mode):
         os.close(fd)
@@ -255,10 +261,10 @@ def make_fifos(channel: Channel, efd: int, *, stdin: bool) -> FifoEnds:
     try:
         reads = []
         for name in ("out", "err", "rc"):
-            reads.append(_fifo_fd(name, os.O_RDONLY | os.O_NONBLOCK, efd))
+            reads.append(fifo_fd(name, os.O_RDONLY | os.O_NONBLOCK, efd))
             opened.append(reads[-1])
-            opened.append(_fifo_fd(name, os.O_WRONLY | os.O_NONBLOCK, efd))
-        stdin_fd = _fifo_fd("in", os.O_RDWR | os.O_NONBLOCK, efd) if stdin else None
+            opened.append(fifo_fd(name, os.O_WRONLY | os.O_NONBLOCK, efd))
+        stdin_fd = fifo_fd("in", os.O_RDWR | os.O_NONBLOCK, efd) if stdin else None
     except BaseException:
         for fd in opened:
             with contextlib.suppress(OSError):
@@ -280,8 +286,16 @@ class Channel:
         self.path = ctl_dir(name)
 
     def prepare(self) -> None:
+        """The control dir, its request FIFO and its exec dirs' dir, made (again) by the host: the
+        sandbox binds it read-only. Call it again after the dir is handed to the container's user.
+        Exec dirs nobody uses are removed: all of them while no supervisor runs; the first time this
+        process prepares the dir, those made before it started (an exited gateway's slots: their
+        processes saw EOF and left, and only the host may remove their dirs now)."""
         statefs.ensure_private_dir(self.path.parent)
         statefs.ensure_private_dir(self.path)
+        first = self.name not in _prepared
+        _prepared.add(self.name)
+        furnish(self.path, stale_before=math.inf if not self.alive() else _SINCE if first else None)
 
     def send(self, line: str) -> None:
         data = (line + "\n").encode()
@@ -290,7 +304,7 @@ class Channel:
         except OSError as exc:
             raise SupervisorUnavailable(f"no control dir for {self.name}: {exc.strerror}") from exc
         try:
-            fd = _fifo_fd("ctl", os.O_WRONLY | os.O_NONBLOCK, dfd)
+            fd = fifo_fd("ctl", os.O_WRONLY | os.O_NONBLOCK, dfd)
         except OSError as exc:
             raise SupervisorUnavailable(f"sandbox supervisor of {self.name} is not running") from exc
         finally:
@@ -308,7 +322,7 @@ class Channel:
         except OSError:
             return False
         try:
-            os.close(_fifo_fd("ctl", os.O_WRONLY | os.O_NONBLOCK, dfd))
+            os.close(fifo_fd("ctl", os.O_WRONLY | os.O_NONBLOCK, dfd))
             return True
         except (OSError, SupervisorUnavailable):
             return False
@@ -388,25 +402,63 @@ class Channel:
                 os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
 
 
+def furnish(path: Path, *, stale_before: float | None = None) -> None:
+    """`ctl` (a FIFO) and `x` (a dir) in the control dir, each made where missing or not what it should be,
+    and owned as the dir is (the container's user). A `ctl` FIFO is never replaced: a supervisor may hold
+    it. `stale_before`: exec dirs in x made before then are removed (the supervisor removed them itself at
+    its start while it could write here). Removing one in use harms nothing: a command holds its FIFOs
+    open already, and a ready slot is checked in place before it is taken (engine.sandbox.slots)."""
+    dfd = _open_dir(str(path))
+    try:
+        st = os.fstat(dfd)
+        owner = (st.st_uid, st.st_gid)
+        for name, kind, make in (
+            ("ctl", stat.S_ISFIFO, lambda n: os.mkfifo(n, 0o600, dir_fd=dfd)),
+            ("x", stat.S_ISDIR, lambda n: os.mkdir(n, 0o700, dir_fd=dfd)),
+        ):
+            try:
+                have: os.stat_result | None = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                have = None
+            if have is not None and not kind(have.st_mode):
+                _remove_entry(name, dfd, have)
+                have = None
+            if have is None:
+                make(name)
+                have = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if (have.st_uid, have.st_gid) != owner:
+                os.chown(name, *owner, dir_fd=dfd, follow_symlinks=False)
+        if stale_before is not None:
+            xfd = _open_dir("x", dfd)
+            try:
+                for entry in os.listdir(xfd):
+                    with contextlib.suppress(OSError):
+                        st = os.stat(entry, dir_fd=xfd, follow_symlinks=False)
+                        if st.st_ctime < stale_before:
+                            _remove_entry(entry, xfd, st)
+            finally:
+                os.close(xfd)
+    finally:
+        os.close(dfd)
+
+
+def _remove_entry(name: str, dir_fd: int, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)  # fd-based: links inside are removed, never followed
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+_SINCE = time.time()  # (about when this process started: every exec dir it makes is newer)
+_prepared: set[str] = set()  # control dirs this process has prepared once (and pruned then)
+
+
 def write_file(name: str, text: str, dir_fd: int) -> None:
     fd = os.open(
         name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
     )
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
-
-
-def read_small(name: str, dir_fd: int, limit: int = 64) -> str | None:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit).decode("ascii", "replace")
-    finally:
-        os.close(fd)
 
 
 def remove_exec_dir(exec_id: str, xfd: int, efd: int) -> None:

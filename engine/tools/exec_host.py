@@ -61,9 +61,10 @@ def host_outside(
     default and each agent's (covered: one agent's host command never reads or plants another agent's
     sandbox files); the agent's own /tmp, /var/tmp, /dev/shm, runtime dir (engine.commands.hostprivate),
     with `workdir` named as the run sees it when it is in one of them. The private dirs and the pids
-    cgroup are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or agent_id's;
-    an `operator` call's runs join the operator's own pids cgroup (_join_tasks), and one naming no agent
-    (`own`: ExecContext.operators_own) has the operator's own private dirs and network namespace."""
+    and memory cgroups are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or
+    agent_id's; an `operator` call's runs join the operator's own groups (_join_tasks, _join_memory),
+    and one naming no agent (`own`: ExecContext.operators_own) has the operator's own private dirs and
+    network namespace."""
     keys, creds = config_secrets(config)
     writable = config.exec_for(agent_id).host_writable
     # every other gateway's too, as it records them (engine.commands.gatewaydirs: fresh round 15 b)
@@ -100,6 +101,7 @@ def host_outside(
         + other_gateways(writable, roots)
         + engine_state(writable),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
+        join_memory=_join_memory(owner or agent_id, operator=operator),
         private=private,
         # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet): the
         # operator's own for its call (`hostnet._operator`, egress under the defaults' [sandbox.egress])
@@ -137,13 +139,25 @@ def _join_tasks(agent_id: str, *, operator: bool = False) -> str | None:
     return str(group / "tasks") if group is not None else None
 
 
+def _join_memory(agent_id: str, *, operator: bool = False) -> str | None:
+    """The `tasks` file of the memory cgroup the run joins after the pids one (fresh round 17 a: a run
+    stayed in the gateway's own, uncapped, and one agent's `grep x /dev/zero` took the host's RAM): the
+    agent's share, in the owner group its sandboxes of both backends draw on; the operator's own for the
+    operator's. None where no v1 memory hierarchy is writable (`sandbox explain` says so)."""
+    group = bwraplimits.operator_memory_group() if operator else bwraplimits.host_memory_group(agent_id)
+    return str(group / "tasks") if group is not None else None
+
+
 def capped(argv: list[str], agent_id: str, *, operator: bool = False) -> list[str]:
     """A gateway-host run without the host view (hostView = "none") joins its agent's pids cgroup too:
     the view is the operator's to drop, the agent's share of the host's processes is not (round 8 o).
     Then the cgroup hierarchies are read-only for it (exechost-hostenter `ro-cgroups`, as in every view):
     the groups are the gateway uid's files, and the run could otherwise leave its group or join another
-    agent's (fresh round 10 b)."""
-    outside = Outside(join_tasks=_join_tasks(agent_id, operator=operator))
+    agent's (fresh round 10 b). Its memory cgroup too (_join_memory)."""
+    outside = Outside(
+        join_tasks=_join_tasks(agent_id, operator=operator),
+        join_memory=_join_memory(agent_id, operator=operator),
+    )
     helper = hostkeeper.helper_path()
     if outside.join_tasks and helper is not None:
         argv = [helper, "ro-cgroups", "--", *argv]

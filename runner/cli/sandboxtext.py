@@ -123,6 +123,7 @@ def format_explain(info: dict[str, Any]) -> str:
             f"  kept (entered per run): {hv.get('kept') or '- (a bwrap per run)'}",
             f"  gateway-host commands see {hv['gatewayHostCommandsSee']}",
             f"  processes of an agent's gateway-host commands: {hv.get('pidsCap') or '-'}",
+            f"  RAM of an agent's gateway-host commands: {hv.get('memoryCap') or '-'}",
         ]
     if info["problems"]:
         lines += ["", "Problems:", *[f"  ✗ {p}" for p in info["problems"]]]

@@ -16,9 +16,13 @@ import pytest
 
 from engine.sandbox import bwrap, docker_ops
 from tests.attacks.harness import attempt
+from tests.helpers.browser import browser_image
 from tests.helpers.sandbox import build_test_image
 
 ALLOWLIST_HOST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+
+__all__ = ["browser_image"]  # fixtures
+
 SANDBOXED = (
     '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
     '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\nscope = "agent"\n'
@@ -57,13 +61,6 @@ def small_state_dir(state: Path, mib: int = 16, inodes: int = 0) -> Iterator[Non
         libc.umount2(os.fsencode(str(state)), 2)  # MNT_DETACH: the workspace's loop mount goes with it
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a sandbox's control dir (/.exechost, the supervisor's FIFOs) is a writable bind of "
-    "<state>/sandbox-ctl/<name> on the state dir's own filesystem with no cap: the workspace got a capped "
-    "filesystem of its own (round 10 b), the control dir did not, so one agent's sandbox fills the disk the "
-    "gateway's journal, approvals and every other agent's logs are written to",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's sandbox (a capped workspace of its own)")
 @pytest.mark.parametrize("what", ["bytes", "inodes"])
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
@@ -94,6 +91,47 @@ async def test_class3_a_sandbox_fills_the_state_dirs_disk_through_its_control_di
         assert left > (1 << 20 if what == "bytes" else 256), (
             f"one agent's sandbox left the state dir {what} {left}"
         )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's browser sandbox")
+async def test_class3_a_browser_sandbox_fills_the_state_dirs_disk_through_its_socket_dir(
+    state_dir: Path, browser_image: str
+) -> None:
+    """The browser's own processes (as a compromised chromium would) write 64 MiB into its socket dir."""
+    from tests.helpers.browser import CONFIG
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    with small_state_dir(state_dir):
+        write_config(state_dir, CONFIG)
+        (state_dir / "sandboxes").mkdir(mode=0o700)
+        try:
+            async with gateway(state_dir):
+                op = await connect(state_dir, "op")
+                try:
+                    started = await op.request("browser.start", {"agentId": "main"})
+                finally:
+                    await op.close()
+                done = (
+                    docker_ops.client()
+                    .containers.get(started["containerName"])
+                    .exec_run(
+                        [
+                            "/bin/sh",
+                            "-c",
+                            "dd if=/dev/zero of=/.exechost-browser/fill bs=1M count=64; echo wrote",
+                        ]
+                    )
+                )
+                st = os.statvfs(state_dir)
+        finally:
+            from engine.sandbox.browser import list_browsers
+
+            for c in list_browsers():
+                docker_ops.remove(c["Id"])
+    assert b"wrote" in done.output, done.output
+    left = st.f_bavail * st.f_frsize
+    assert left > 1 << 20, f"one agent's browser sandbox left the state dir {left} bytes"
 
 
 async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict]]) -> list[dict]:
@@ -224,16 +262,26 @@ async def test_class1_no_engine_state_dir_shows_in_a_host_view(state_dir: Path) 
     assert shown == [], f"the host view shows the engine's records: {shown}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: what a Docker sandbox writes lands on the engine's disk uncapped two ways: its init (and "
-    "supervisor) keep the engine's log pipe as stdout, which a command of the same uid reopens through "
-    "/proc/1/fd/1 (json-file, no max-size: bwrap's log got a 4 KiB tail for the same hole); and with "
-    "readOnlyRoot = false its writable layer has no size (no storage_opt), unlike its capped workspace",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox (uid 0, as its init)")
-@pytest.mark.parametrize("way", ["engine-log", "writable-layer"])
+@pytest.mark.parametrize(
+    "way",
+    [
+        "engine-log",
+        "engine-log-stderr-lines",  # (the neighbour: stderr, in lines: one JSON record each)
+        pytest.param(
+            "writable-layer",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: with readOnlyRoot = false (not the default) a Docker sandbox's writable layer "
+                "has no size (no storage_opt), unlike its capped workspace: the operator's choice",
+            ),
+        ),
+    ],
+)
 async def test_class3_a_docker_sandbox_writes_the_engines_disk_uncapped(state_dir: Path, way: str) -> None:
+    """What a Docker sandbox writes lands on the engine's disk capped: its init (and supervisor) keep the
+    engine's log pipe as stdout, which a command of the same uid reopens through /proc/1/fd/1 (the log is
+    json-file capped at 64k, fix17sbx); with readOnlyRoot = false its writable layer is the operator's."""
     image = build_test_image()
     config = (
         '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
@@ -244,15 +292,18 @@ async def test_class3_a_docker_sandbox_writes_the_engines_disk_uncapped(state_di
         config += "readOnlyRoot = false\n"
     command = {
         "engine-log": 'head -c 8388608 /dev/zero | tr "\\0" x > /proc/1/fd/1 && echo flooded',
+        "engine-log-stderr-lines": 'head -c 8388608 /dev/zero | tr "\\0" x | fold -w 4096 > /proc/1/fd/2 '
+        "&& echo flooded",
         "writable-layer": "head -c 8388608 /dev/zero > /fill && echo flooded",
     }[way]
     try:
         details = await attempt(state_dir, command, config=config)
         api = docker_ops.client().api
         ids = [c["Id"] for c in docker_ops.list_sandboxes()]
-        if way == "engine-log":
+        if way.startswith("engine-log"):
             logs = [api.inspect_container(i)["LogPath"] for i in ids]
-            size = max((os.stat(log).st_size for log in logs if log), default=0)  # (a pool spare's is empty)
+            # (a pool spare's is empty; a capped log being rotated is briefly absent)
+            size = max((os.stat(log).st_size for log in logs if log and os.path.exists(log)), default=0)
         else:
             rows = [row for i in ids for row in api.containers(all=True, size=True, filters={"id": i})]
             size = max((row.get("SizeRw") or 0 for row in rows), default=0)
@@ -283,36 +334,37 @@ def _memory_cap(cgroup_lines: str, limits: str) -> int:
     return min(caps, default=1 << 63)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a gateway-host run is charged to no memory share: it stays in the gateway's own memory "
-    "cgroup with no address-space limit, so one agent's allowlisted `grep x /dev/zero` (a line that never "
-    "ends, buffered whole) takes the host's RAM and the OOM killer picks among the gateway and every "
-    "agent's runs; its pids are its agent's quarter already, and its bwrap sandboxes' RAM is",
-)
 @pytest.mark.skipif(not Path("/sys/fs/cgroup/memory").is_dir(), reason="a v1 memory hierarchy")
-async def test_class3_a_host_runs_memory_is_no_agents_share(state_dir: Path) -> None:
+@pytest.mark.parametrize("view", ["", 'hostView = "none"\n'], ids=["view", "no-view"])
+async def test_class3_a_host_runs_memory_is_no_agents_share(state_dir: Path, view: str) -> None:
     """An agent's host run must be charged to a memory group of its agent's (not the gateway's own: the
-    gateway is this process), capped at a share (a quarter, as its sandboxes' RAM and its pids are)."""
+    gateway is this process), capped at a share (a quarter, as its sandboxes' RAM and its pids are).
+    The control is the gateway's own memory cap (this process's: the gateway is in-process): an
+    agent's host run must be held to less, a share of its own, as its pids are; with the host view or
+    without it (hostView = "none": the operator's to drop, the agent's share is not). The run's group is
+    read while the gateway runs (at its stop, it drops its emptied host-run groups)."""
     from tests.helpers.gateway import connect, gateway, write_config
 
     # (full, to read its own /proc entries without an ask: every host run is the same process-wise)
-    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + view)
     async with gateway(state_dir):
         client = await connect(state_dir, operator=False)  # agent main, by the gateway token
         try:
             result = await client.request("exec", {"command": "cat /proc/self/cgroup /proc/self/limits"})
         finally:
             await client.close()
-    text = result["text"]
-    assert result["details"]["status"] == "completed", result
-    cgroups = "\n".join(line for line in text.splitlines() if line[:1].isdigit() and line.count(":") >= 2)
+        text = result["text"]
+        assert result["details"]["status"] == "completed", result
+        cgroups = "\n".join(line for line in text.splitlines() if line[:1].isdigit() and line.count(":") >= 2)
+        run_cap = _memory_cap(cgroups, text)
     mine = Path("/proc/self/cgroup").read_text()
     group = [line for line in cgroups.splitlines() if "memory" in line.split(":")[1].split(",")]
-    own = [line for line in mine.splitlines() if "memory" in line.split(":")[1].split(",")]
-    assert group != own, f"agent main's host run is in the gateway's own memory group {own}"
+    own_group = [line for line in mine.splitlines() if "memory" in line.split(":")[1].split(",")]
+    assert group != own_group, f"agent main's host run is in the gateway's own memory group {own_group}"
+    own = _memory_cap(mine, Path("/proc/self/limits").read_text())
+    assert run_cap < own, "agent main's host run may take all the RAM the gateway may"
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    assert _memory_cap(cgroups, text) <= ram // 4, "agent main's host run may take more than its quarter"
+    assert run_cap <= ram // 4, "agent main's host run may take more than its quarter"
 
 
 def test_class5_tree_dash_r_is_decided_to_run_no_program() -> None:

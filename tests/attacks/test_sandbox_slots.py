@@ -90,8 +90,11 @@ async def test_tampered_slots_are_never_followed_and_commands_still_run(
         for i in range(slots.TARGET + 2):
             result = await run(sx, f"echo out{i}; echo err{i} >&2; exit {i % 5}")
             assert result == ((i % 5, None), f"out{i}\n", f"err{i}\n")
-    # All but the swapped FIFO names (harmless: the host never opens a slot's FIFO by name again) are refused.
+    # The swaps of names (spec-link, dir-link, fifo-names) fail in the container: its control dir is
+    # read-only there (fresh round 17 a). The rest (a forged status, a full in FIFO, a stopped or killed
+    # slot) reach the host, which discards each such slot.
+    assert err.count("Read-only file system") >= 3, err
     discarded = {r.args[0] for r in caplog.records if "discarded" in r.getMessage()}  # type: ignore[index]
-    assert len(discarded) >= 5
+    assert len(discarded) >= 3
     assert host_file.read_text() == "host data\n"
     assert list(host_dir.iterdir()) == []

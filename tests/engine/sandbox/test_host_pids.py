@@ -15,11 +15,15 @@ import pytest
 
 from engine import principals
 from engine.commands import hostkeeper, hostoutside, hostview
-from engine.sandbox import bwraplimits
+from engine.sandbox import bwraplimits, bwrapmemory, rambudget
 from engine.sandbox.settings import slugify, state_id
 from tests.helpers.gateway import connect, gateway, listed, write_config
 
 PIDS = Path("/sys/fs/cgroup/pids")
+MEMORY = Path("/sys/fs/cgroup/memory")
+needs_memory = pytest.mark.skipif(
+    not bwrapmemory.usable(), reason="needs a writable cgroup v1 memory hierarchy"
+)
 needs_pids = pytest.mark.skipif(
     not (PIDS / "cgroup.procs").exists() or not os.access(PIDS, os.W_OK),
     reason="needs a writable cgroup v1 pids hierarchy",
@@ -121,8 +125,8 @@ def test_joined_goes_first_in_the_kept_view_and_after_the_signal_words_of_a_runs
     assert hostview.is_wrapped(wrapped)  # exit_status still reads bwrap's signals through it
 
 
-def _pids_line(text: str) -> str:
-    found = re.search(r"\d+:pids:(\S+)", text)
+def _pids_line(text: str, controller: str = "pids") -> str:
+    found = re.search(rf"\d+:{controller}:(\S+)", text)
     assert found is not None, text
     return found.group(1)
 
@@ -159,10 +163,14 @@ async def test_every_host_run_starts_in_its_agents_group(
                     if got["details"]["status"] != "running":
                         break
             expected = bwraplimits.host_pids_group("ops")
+            memory = bwraplimits.host_memory_group("ops")
         finally:
             await client.close()
     assert expected is not None
     assert _pids_line(text) == "/" + str(expected.relative_to(PIDS)), text
+    if bwrapmemory.usable():  # its share of the RAM too, as its sandboxes' (fresh round 17 a)
+        assert memory is not None
+        assert _pids_line(text, "memory") == "/" + str(memory.relative_to(MEMORY)), text
 
 
 @needs_pids
@@ -190,6 +198,9 @@ async def test_the_operators_runs_join_its_own_group_whichever_agent_they_name(
     assert cap == _pid_max() // bwraplimits.AGENT_PIDS_SHARE
     assert _pids_line(res["text"]) == f"/exechost-operator-{state_id()}", res["text"]
     assert not group.exists()  # removed with the gateway's other emptied host groups
+    if bwrapmemory.usable():  # its RAM in a group of its own too, no agent's
+        assert _pids_line(res["text"], "memory") == f"/exechost-operator-{state_id()}", res["text"]
+        assert not (MEMORY / f"exechost-operator-{state_id()}").exists()
 
 
 def test_sandbox_explain_says_how_host_runs_are_capped(
@@ -209,6 +220,68 @@ def test_sandbox_explain_says_how_host_runs_are_capped(
     )
     monkeypatch.setattr(bwraplimits, "_cgroup_bases", lambda: ())
     assert bwraplimits.host_pids_cap("/x").startswith("none: no writable cgroup v1 pids hierarchy")
+
+
+def test_sandbox_explain_says_how_host_runs_ram_is_capped(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.cli import main
+
+    (state_dir / "config.toml").write_text('[tools.exec]\nhost = "gateway"\n')
+    assert main(["sandbox", "explain", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["hostView"]["memoryCap"]
+    assert shown == bwraplimits.host_memory_cap(hostkeeper.helper_path())
+    assert main(["sandbox", "explain"]) == 0
+    assert f"RAM of an agent's gateway-host commands: {shown}" in capsys.readouterr().out
+    assert bwraplimits.host_memory_cap(None).startswith("none: exechost-hostenter is not built") or not (
+        bwrapmemory.usable()
+    )
+    monkeypatch.setattr(bwrapmemory, "usable", lambda: False)
+    assert bwraplimits.host_memory_cap("/x").startswith("none: no writable cgroup v1 memory hierarchy")
+
+
+@needs_memory
+def test_an_agents_host_memory_group_sits_in_its_owner_group_under_its_share(state_dir: Path) -> None:
+    """The memory group an agent's host runs join: in the owner group its bwrap sandboxes' memory groups
+    are in (bwrapmemory), that and the run's own capped at the agent's share, the install's at its own;
+    another agent's is another; the operator's is outside the install's; a stop removes the emptied ones."""
+    group = bwraplimits.host_memory_group("ops")
+    operator = bwraplimits.operator_memory_group()
+    try:
+        assert group is not None and operator is not None
+        install = MEMORY / f"exechost-{state_id()}"
+        assert group == install / f"agent-{slugify('ops')}" / bwraplimits.HOST_GROUP
+        assert (group / "tasks").is_file()
+        share = rambudget.mem_total() // rambudget.AGENT_MEMORY_SHARE
+        for capped, cap in (
+            (group, share),
+            (group.parent, share),
+            (install, rambudget.mem_total() // rambudget.INSTALL_MEMORY_SHARE),
+            (operator, share),
+        ):
+            # (the kernel rounds a limit down to whole pages)
+            assert cap - 4096 < int((capped / "memory.limit_in_bytes").read_text()) <= cap, capped
+        other = bwraplimits.host_memory_group("main")
+        assert other is not None and other.parent != group.parent
+        assert operator.parent == MEMORY and install not in operator.parents
+    finally:
+        bwraplimits.drop_host_groups()
+    assert not (MEMORY / f"exechost-{state_id()}").exists(), "an emptied install group was left behind"
+    assert not operator.exists()
+
+
+def test_joined_joins_the_memory_group_right_after_the_pids_one() -> None:
+    helper = hostkeeper.helper_path()
+    outside = hostoutside.Outside(
+        join_tasks="/sys/fs/cgroup/pids/x/tasks", join_memory="/sys/fs/cgroup/memory/x/tasks"
+    )
+    kept = ["/h/exechost-hostenter", "enter", "3", "-", "-", "-", "--"]
+    if helper is None:
+        assert hostview.joined(kept, outside) == kept
+        return
+    pids = [helper, "join", "/sys/fs/cgroup/pids/x/tasks", "--"]
+    memory = [helper, "join", "/sys/fs/cgroup/memory/x/tasks", "--"]
+    assert hostview.joined(kept, outside) == [*pids, *memory, *kept]
 
 
 @needs_pids
