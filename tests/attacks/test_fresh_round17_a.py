@@ -497,13 +497,6 @@ def _ls_columns(where: Path, columns: str | None) -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: COLUMNS is an inert key for any value of up to 6 digits, and GNU ls -C (tree-safe) "
-    "allocates its column table in the square of min(files, COLUMNS/3): COLUMNS=999999 over 10,000 files "
-    "needs more than 512 MiB (20,000: 1.6 GB; 100,000: 40 GB), so an allowlisted `ls` with an env the "
-    "agent chose, run unasked, takes the host's RAM (a host run has no memory share)",
-)
 async def test_class4_an_inert_columns_value_makes_ls_take_the_hosts_ram(state_dir: Path) -> None:
     many = state_dir.parent / "tmp" / "many"
     many.mkdir()
@@ -512,10 +505,9 @@ async def test_class4_an_inert_columns_value_makes_ls_take_the_hosts_ram(state_d
     # the program itself, as it behaves: bounded without the key, past 512 MiB with it
     assert _ls_columns(many, None).returncode == 0
     assert _ls_columns(many, "999999").returncode != 0  # ("ls: memory exhausted")
-    # and the agent may set that value on an allowlisted ls without an ask
-    from engine.commands.hostenv import foreign_env_keys
-
-    assert foreign_env_keys({"COLUMNS": "999999"}) == [], "COLUMNS=999999 is not inert (the control)"
+    # the widest value that stays inert is bounded (fixed: COLUMNS/LINES are inert up to 999)
+    assert _ls_columns(many, "999").returncode == 0
+    # and the agent may not set the wide value on an allowlisted ls without an ask
     details = await attempt(
         state_dir,
         "ls -d /",
