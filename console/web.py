@@ -71,6 +71,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_SHOWN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
 class RouteAccessLog(AbstractAccessLogger):
     """One line per request naming the route it reached, rebuilt from what matched: never the path as
     sent (it holds a key, or whatever a prober typed), never the query or the Referer."""
@@ -88,7 +91,10 @@ class RouteAccessLog(AbstractAccessLogger):
         if response.status == 403:
             shown = "(refused)"
         elif route == "static":
-            shown = f"/static/{info['filename']}"  # type: ignore[index]
+            # a name as our files are named, else not shown: a prober's percent-decoded path wrote ESC
+            # and BEL sequences into the operator's terminal (fresh round 17 b)
+            name = str(info["filename"])  # type: ignore[index]
+            shown = f"/static/{name}" if _SHOWN_NAME.fullmatch(name) else "/static/(a name not shown)"
         else:
             shown = self.SHOWN.get(str(route), "(no route)")
         self.logger.info("%s %s %s", request.method, shown, response.status)

@@ -557,12 +557,6 @@ async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life
             await main.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the web console's access log prints `/static/<filename>` as the request named it, "
-    "percent-decoded: any local account that can reach the loopback port writes ESC and BEL sequences "
-    "(an OSC title, a screen clear, a title report that types into the shell) into the operator's terminal",
-)
 async def test_class1_a_local_peer_writes_escapes_into_the_operators_terminal_through_the_access_log() -> (
     None
 ):
