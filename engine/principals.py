@@ -19,6 +19,9 @@ from engine.errors import InvalidInput
 # `agent:<id>:…`, node session ids `node:<name>:…`), no `/`, no leading `.` (names become file names).
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAIN_AGENT = "main"
+# The legacy name of main (OpenClaw's `default` agent): the approvals file files it as main's, so no
+# agent of its own may have it (fresh round 17 b: agent default's allow-always was main's).
+LEGACY_MAIN = "default"
 # The principal of the shared-scope sandbox's egress (every agent's commands run there as one uid): the `:`
 # keeps it apart from every agent id by construction, an agent may well be called `shared`.
 SHARED_SCOPE = "scope:shared"

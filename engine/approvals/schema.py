@@ -12,9 +12,10 @@ from typing import Any
 from engine import jsontext
 from engine.commands.allowlist import ALLOW_ALWAYS_SOURCE, COMMAND_HASH_PREFIX, AllowlistEntry
 from engine.errors import ExecHostError, InvalidInput
+from engine.principals import LEGACY_MAIN
 
 DEFAULT_AGENT = "main"
-LEGACY_DEFAULT_AGENT = "default"
+LEGACY_DEFAULT_AGENT = LEGACY_MAIN  # (one spelling: engine.principals)
 WILDCARD_AGENT = "*"
 ALLOW_ALWAYS = ALLOW_ALWAYS_SOURCE
 # The key the operator's own allow-always entries are filed under (an ask of its exec naming no agent, whose

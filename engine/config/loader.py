@@ -54,7 +54,7 @@ from engine.config.schema import (
     size_bytes,
 )
 from engine.config.schema import known_keys as known_keys
-from engine.principals import valid_name
+from engine.principals import LEGACY_MAIN, valid_name
 
 # --------------------------------------------------------------------------- paths
 
@@ -454,6 +454,13 @@ def _build(
         agent_id = agent_id.strip()
         if not valid_name(agent_id):
             raise check.error([*here, "id"], f"invalid agent id {agent_id!r} (letters, digits, _ . -)")
+        if agent_id == LEGACY_MAIN:  # the approvals file reads it as main: never an agent of its own
+            raise check.error(
+                [*here, "id"],
+                f"agent id {agent_id!r} is agent main's legacy name: "
+                "exec-approvals.json files it as main's; "
+                'use id = "main" to configure main, or another id for an agent of its own',
+            )
         if agent_id in cfg.agents:
             raise check.error([*here, "id"], f"duplicate agent id {agent_id!r}")
         agent_tools = parsed.get("tools", {})

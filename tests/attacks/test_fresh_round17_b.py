@@ -20,6 +20,7 @@ from engine import fairpool, principals, statefs
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import request_decision
 from engine.approvals.store import ApprovalsStore
+from engine.config.model import ConfigError
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.hostile_node import Hostile, ask
@@ -443,18 +444,20 @@ async def test_class1_a_replaced_socket_tokens_relayed_ask_still_saves_main_an_a
             await console.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the approvals file maps the legacy agent id `default` to `main` (normalize_agent_id), "
-    "but `default` is a valid agent name the config lists like any other: agent default's allow-always "
-    "is saved as main's, and main then runs that command unasked (and default reads main's entries)",
-)
 async def test_class2_an_agent_named_default_shares_agent_mains_allowlist(state_dir: Path) -> None:
     """The operator lists an agent `default` (its own credential, the global policy: allowlist, asks on a
     miss). It asks for `cat /etc/hostname`; the operator approves it always, for agent default. Agent main
-    (the gateway token alone) then runs the same command: it must still ask."""
+    (the gateway token alone) then runs the same command: it must still ask. (Fixed: a config listing
+    `default` is refused at load, naming the file, key and line: it is main's legacy name.)"""
     write_config(state_dir, ALLOWLIST + listed("default"))
     token = principals.mint(state_dir, "default")
+    try:
+        await _default_shares_mains(state_dir, token)
+    except ConfigError as exc:
+        assert "legacy name" in str(exc) and "agents.list" in str(exc), exc
+
+
+async def _default_shares_mains(state_dir: Path, token: str) -> None:
     async with gateway(state_dir) as server:
         default = await connect(state_dir, operator=False, credential=token)
         main = await connect(state_dir, operator=False)
