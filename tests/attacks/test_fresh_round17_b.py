@@ -26,12 +26,6 @@ def _rss() -> int:
     return int(line.split()[1]) * 1024
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the per-agent request budget charges a request its frame's bytes plus a flat 6 KiB, "
-    "but the decoded params it holds while it runs are up to ~24x the frame (`[{},{},…]`: 3 bytes of "
-    "JSON, 72 bytes of Python); 15 waiting polls of one agent within its 16 MiB pin ~370 MB",
-)
 async def test_class3_an_agents_waiting_polls_pin_24x_their_budget_in_decoded_params(state_dir: Path) -> None:
     """Agent main (the gateway token alone) starts one background `sleep` and sends 15 `process poll`s
     that wait for its output (up to 120 s), each carrying a ~1 MiB field the verb ignores: a list of
