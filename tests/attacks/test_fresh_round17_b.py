@@ -245,12 +245,6 @@ async def _ran(client: Any, ask: str) -> bool:
     return run.get("status") in ("completed", "failed", "denied")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the pending-ask caps are 32 per principal and 256 in all, and the total counts the "
-    "operator's own share with the agents': eight agents' 32 asks each fill it, and the operator's own "
-    "exec is refused (APPROVAL_QUEUE_FULL), where connections keep the last 16 slots for the operator",
-)
 async def test_class3_eight_agents_asks_refuse_the_operators_own_exec(state_dir: Path) -> None:
     """Eight agents (each within its own share of 32 waiting asks) ask 32 times each. The operator then
     runs a command of its own that asks: its share (`_operator`) is empty, and no agent's asks may reach
