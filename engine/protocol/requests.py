@@ -137,9 +137,11 @@ class Message:
     def held_bytes(self) -> int:
         """What this request's values hold in Python (jsontext.held_bytes of each field given): what the
         gateway charges to its sender's request budget while it runs, not its frame's bytes alone."""
-        total = sum(jsontext.held_bytes(getattr(self, s.attr)) for s in self.specs())
+        held = jsontext.held_bytes
+        values = [getattr(self, s.attr) for s in self.specs()]
+        total = sum(held(v) for v in values if v is not None)  # a field not given holds nothing of its own
         if self.PASS_THROUGH:
-            total += jsontext.held_bytes(getattr(self, "args", {}))
+            total += held(getattr(self, "args", {}))
         return total
 
     def params(self) -> dict[str, Any]:
