@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,33 @@ async def test_class3_a_field_the_verb_knows_is_charged_what_it_holds(state_dir:
         finally:
             for client in (agent, *more, operator):
                 await client.close()
+
+
+async def test_class3_asks_on_the_approval_socket_hold_their_whole_frame_while_a_human_decides(
+    state_dir: Path,
+) -> None:
+    """The same class on exec-approvals.sock: each connection's `request` frame (at most 256,000 bytes)
+    waits for a human (up to the prompt timeout) and held its whole decoded frame meanwhile, fields the
+    socket never reads included: ~250 KB of `{}`s is ~6 MB of Python, and its 64 connections held ~370 MB.
+    Held: what waits for the human is the prompt (PromptRequest), not the frame it came in."""
+    from engine.approvals.socket.server import ApprovalSocketServer, RateLimit
+    from tests.engine.approvals.test_approval_socket import TOKEN, Inbox
+
+    path = state_dir / "exec-approvals.sock"
+    inbox = Inbox(delay=3600)  # nobody decides while the test looks
+    pad = [{} for _ in range(80_000)]  # ~240,000 bytes of JSON: under the socket's 256,000-byte frame cap
+    writers: list[asyncio.StreamWriter] = []
+    async with ApprovalSocketServer(path, TOKEN, decider=inbox, rate_limit=RateLimit(burst=1000)):
+        base = _rss()
+        for n in range(64):
+            body = {"command": f"ls /{n}", "cwd": "/tmp", "agentId": "main", "pad": pad}
+            frame = {"type": "request", "token": TOKEN, "id": f"r{n}", "request": body}
+            _reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(json.dumps(frame, separators=(",", ":")).encode() + b"\n")
+            await writer.drain()
+            writers.append(writer)
+        await wait_until(lambda: len(inbox.asked) == 64, timeout=60)
+        held = _rss() - base
+        for writer in writers:
+            writer.close()
+    assert held < 64 * MiB, f"64 asks waiting on the approval socket hold {held / MiB:.0f} MiB"
