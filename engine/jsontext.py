@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 MAX_DEPTH = 64  # our deepest legitimate shape (exec params, the approvals file) is under 8
@@ -135,6 +136,30 @@ def _walk(value: Any, *, strings: bool) -> None:
                 stack.append((child, depth + 1))
             elif strings and isinstance(child, str):
                 _check_text(child)
+
+
+def held_bytes(value: Any) -> int:
+    """What a decoded JSON value holds in Python (sys.getsizeof of every object in it), not what its text
+    was: `[{},{},…]` is 3 bytes of JSON and 72 of Python a `{}`. Shared objects (a small int, a key the
+    decoder memoised) count once per place, so this is an upper bound. A string or a list of strings, what
+    almost every request carries, is summed without a Python-level walk."""
+    size = sys.getsizeof
+    if isinstance(value, str):
+        return size(value)
+    total = 0
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        total += size(node)
+        if isinstance(node, list):
+            if all(type(item) is str for item in node):
+                total += sum(map(size, node))
+            else:
+                stack.extend(node)
+        elif isinstance(node, dict):
+            total += sum(map(size, node))  # keys are strings
+            stack.extend(node.values())
+    return total
 
 
 def _check_text(text: str) -> None:

@@ -38,8 +38,15 @@ ALWAYS_UNBOUND = (
 # one more waiting ask, so no record can hold more requesters than its agent may have asks (issue 27: one
 # agent joined one ask from thousands of session keys until its row no longer fit a frame).
 # With the exec tool's 64 KiB command cap the queue stays in tens of MB.
+# The operator's own asks have their own share (MAX_PENDING_PER_AGENT of them), counted in no total: no
+# number of agents refuses the operator's exec (fresh round 17 b), as the connections' last slots are its.
+# The agents' total is eight full shares and then NEWCOMER_SLOTS kept for agents holding fewer than
+# NEWCOMER_FLOOR asks: eight agents filling their shares leave the next eight agents room for a few asks
+# each (an ask for the operator to see, not a flood's), and one agent holds at most 1/9 of the total.
 MAX_PENDING_PER_AGENT = 32
-MAX_PENDING = 256
+NEWCOMER_SLOTS = 32
+NEWCOMER_FLOOR = 4
+MAX_PENDING = 8 * MAX_PENDING_PER_AGENT + NEWCOMER_SLOTS  # all agents together (the operator: its own share)
 # How many requesters a view, an event or a decision line names; `count`/`requesterCount` say how many.
 SHOWN_REQUESTERS = 8
 MAX_VIEW_BYTES = 768 * 1024  # one ask as shown (its view): a 1 MiB frame holds it and what wraps it
@@ -573,20 +580,35 @@ class ApprovalManager:
 
     def _check_room(self, request: ApprovalRequest) -> None:
         """Room for one more of its principal's asks: the operator's own share, or the agent's (on a shared
-        node a gateway's agent's: `owner`). No agent's asks count in the operator's."""
-        mine = self._open_per_agent.get(request.principal, 0)
+        node a gateway's agent's: `owner`) and then the agents' total. No agent's asks count in the
+        operator's share, and the operator's count in no total: agents cannot refuse the operator's exec.
+        The total's last slots (max_total's share of NEWCOMER_SLOTS) are only for an agent holding fewer
+        than NEWCOMER_FLOOR asks, so the agents that filled their shares leave the others some room."""
+        principal = request.principal
+        mine = self._open_per_agent.get(principal, 0)
         if mine >= self.max_per_agent:
-            whose = "the operator" if request.principal == OPERATOR_PRINCIPAL else f"agent {request.agent_id}"
+            whose = "the operator" if principal == OPERATOR_PRINCIPAL else f"agent {request.agent_id}"
             raise ApprovalError(
                 "APPROVAL_QUEUE_FULL",
                 f"exec denied: {whose} already has {mine} approvals waiting for the operator "
                 f"(at most {self.max_per_agent}); wait for a decision before asking again",
             )
-        if self._open_requesters >= self.max_total:
+        if principal == OPERATOR_PRINCIPAL:
+            return
+        agents = self._open_requesters - self._open_per_agent.get(OPERATOR_PRINCIPAL, 0)
+        if agents >= self.max_total:
             raise ApprovalError(
                 "APPROVAL_QUEUE_FULL",
-                f"exec denied: {self._open_requesters} approvals are waiting for the operator (at most "
+                f"exec denied: {agents} approvals of agents are waiting for the operator (at most "
                 f"{self.max_total} in all); wait for a decision before asking again",
+            )
+        kept = self.max_total * NEWCOMER_SLOTS // MAX_PENDING
+        if mine >= NEWCOMER_FLOOR and agents >= self.max_total - kept:
+            raise ApprovalError(
+                "APPROVAL_QUEUE_FULL",
+                f"exec denied: {agents} approvals of agents are waiting for the operator; the last {kept} of "
+                f"{self.max_total} are kept for agents with fewer than {NEWCOMER_FLOOR} waiting, and agent "
+                f"{request.agent_id} has {mine}; wait for a decision before asking again",
             )
 
     def revoke_agent(self, agent_id: str) -> int:

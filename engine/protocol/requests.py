@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from engine import jsontext
 from engine.errors import InvalidInput
 from engine.protocol.methods import Method
 
@@ -81,7 +82,10 @@ class Message:
     for every verb alike (runner/gateway/server.py)."""
 
     METHOD: ClassVar[Method]
-    PASS_THROUGH: ClassVar[bool] = False  # unknown fields are kept in `args` (process, browser)
+    PASS_THROUGH: ClassVar[bool] = False  # fields not named below are kept in `args` (process, browser)
+    # Which of them: None, every one (the browser tool checks its own); else only these, and a field the
+    # verb does not read is dropped as a named one is, never held while the request runs (fresh round 17 b)
+    PASS_FIELDS: ClassVar[frozenset[str] | None] = None
     SPECS: ClassVar[tuple[_Spec, ...]] = ()
 
     agent_id: str | None = wire("str")
@@ -124,8 +128,21 @@ class Message:
             values[spec.attr] = value
         if cls.PASS_THROUGH:
             known = {spec.wire for spec in cls.specs()}
-            values["args"] = {k: v for k, v in params.items() if k not in known}
+            kept = cls.PASS_FIELDS
+            values["args"] = {
+                k: v for k, v in params.items() if k not in known and (kept is None or k in kept)
+            }
         return cls(**values)
+
+    def held_bytes(self) -> int:
+        """What this request's values hold in Python (jsontext.held_bytes of each field given): what the
+        gateway charges to its sender's request budget while it runs, not its frame's bytes alone."""
+        held = jsontext.held_bytes
+        values = [getattr(self, s.attr) for s in self.specs()]
+        total = sum(held(v) for v in values if v is not None)  # a field not given holds nothing of its own
+        if self.PASS_THROUGH:
+            total += held(getattr(self, "args", {}))
+        return total
 
     def params(self) -> dict[str, Any]:
         """The wire params: every field given, by its wire name (pass-through fields after them)."""
@@ -173,12 +190,22 @@ def policy_params(msg: ExecRequest | PolicyCheck) -> dict[str, Any]:
     return {k: getattr(msg, k) for k in POLICY_PARAMS if getattr(msg, k) is not None}
 
 
+# What the session actions read besides action, sessionId and node (engine/sessions/actions.py; a node's
+# runs the same actions): the process tool's fields (runner/mcp_schema.PROCESS_SCHEMA, timeoutMs sent as
+# timeout).
+PROCESS_FIELDS = frozenset(
+    {"timeout", "offset", "limit", "cursor", "data", "eof", "text", "bracketed", "keys", "hex", "literal"}
+    | {"delayMs"}
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProcessRequest(Message):
     """The process tool's call (reference §2.1): `action`, the session, and the action's own fields."""
 
     METHOD = Method.PROCESS
     PASS_THROUGH = True
+    PASS_FIELDS = PROCESS_FIELDS
     action: str = wire("str", required=True)
     session_id: str | None = wire("str")
     node: str | None = wire("str")

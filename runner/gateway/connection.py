@@ -84,6 +84,7 @@ class Connection:
         self.revoked = False  # its credential was revoked: nothing more it sends is read or acted upon
         self.tasks: set[asyncio.Task[None]] = set()
         self.intake_bytes = 0  # bytes of this client's requests being handled (limits.Intake)
+        self.intake_requests = 0  # of them, requests (the rest: a frame still arriving)
         self.intake_full = False  # its next request waits for some of them to finish
 
     def stop_reading(self) -> None:

@@ -34,10 +34,16 @@ MAX_REQUEST_BYTES_IN_FLIGHT = 4 << 20  # one connection's requests being handled
 MAX_REQUEST_BYTES_PER_AGENT = 16 << 20  # one agent's, over all its connections (the operator: none)
 # A request also holds what its frame does not show: its task, coroutine frames and decoded params, ~6.0 KB
 # for a waiting poll of 110 bytes (tracemalloc over 4,000 of them). Each request in flight is charged this on
-# top of its frame's bytes, so the budgets above bound memory, not only bytes: 32,256 polls of 110 bytes
+# top of what its params hold, so the budgets above bound memory, not only bytes: 32,256 polls of 110 bytes
 # fitted the frame budget and pinned 184 MB; one agent's 16 MiB now holds ~2,670 of them (16.5 MB traced),
 # a connection's 4 MiB ~670 (more than MAX_IN_FLIGHT). Nothing is refused: past the budget the next
 # request waits to be read, as a large frame's does.
+# What its params hold is measured, not assumed from the frame (fresh round 17 b): `[{},{},…]` is 3 bytes
+# of JSON and 72 of Python a `{}`, so 15 waiting polls of 1 MiB frames pinned ~370 MB of one agent's
+# "16 MiB". A request is charged its frame's bytes or what its typed request holds (Message.held_bytes: the
+# fields its method reads; every other field is dropped at decode), whichever is more. One request that
+# holds more than a whole budget is still admitted alone (when its connection and its agent run none), so
+# one agent holds at most its budget plus one request (a frame decodes to ~24x its bytes at most).
 REQUEST_OVERHEAD_BYTES = 6 << 10
 # A frame still arriving is held too: it is assembled by FrameReader, its bytes charged to the same budgets
 # as they arrive (the stream below holds at most 2 x READ_CHUNK more before the kernel holds the rest),
@@ -69,6 +75,7 @@ class Peer(Protocol):
     agent: str
     closed: bool
     intake_bytes: int
+    intake_requests: int
     intake_full: bool
 
 
@@ -80,20 +87,30 @@ class Intake:
         self.requests: Counter[str] = Counter()  # requests being handled, per agent
         self._freed = asyncio.Event()
 
-    def _fits(self, conn: Peer, size: int) -> bool:
-        mine = conn.intake_bytes
-        if mine and mine + size > MAX_REQUEST_BYTES_IN_FLIGHT:
+    def _fits(self, conn: Peer, size: int, held: int, request: bool) -> bool:
+        """Room for `size` more bytes, `held` of which are counted already (its frame's, exchanged for
+        them). A request fits alone when its connection (its agent) runs none: a frame still arriving on
+        the connection is no request, and a request of more than the budget must not wait for it forever."""
+        mine = conn.intake_bytes - held
+        alone = not conn.intake_requests if request else not mine
+        if not alone and mine + size > MAX_REQUEST_BYTES_IN_FLIGHT:
             return False
         if conn.operator:
             return True
-        theirs = self.by_agent[conn.agent]
-        return not theirs or theirs + size <= MAX_REQUEST_BYTES_PER_AGENT
+        theirs = self.by_agent[conn.agent] - held
+        alone = not self.requests[conn.agent] if request else not theirs
+        return alone or theirs + size <= MAX_REQUEST_BYTES_PER_AGENT
 
-    async def take(self, conn: Peer, size: int, *, request: bool = True) -> bool:
+    def fits_now(self, conn: Peer, size: int, *, held: int = 0) -> bool:
+        """Whether a request of `size` bytes (`held` of them counted already) would be charged at once."""
+        return self._fits(conn, size + REQUEST_OVERHEAD_BYTES, held, True)
+
+    async def take(self, conn: Peer, size: int, *, request: bool = True, held: int = 0) -> bool:
         """Wait until `size` more bytes of `conn`'s requests fit, then count them; False if it closed. A
-        `request` (one about to run, not a frame still arriving) costs REQUEST_OVERHEAD_BYTES more."""
+        `request` (one about to run, not a frame still arriving) costs REQUEST_OVERHEAD_BYTES more; `held`
+        of its bytes (its frame's) are counted already, and stay counted while it waits."""
         size += REQUEST_OVERHEAD_BYTES * request
-        while not self._fits(conn, size):
+        while not self._fits(conn, size, held, request):
             if conn.closed:
                 return False
             conn.intake_full = True
@@ -102,15 +119,17 @@ class Intake:
         conn.intake_full = False
         if conn.closed:
             return False
-        conn.intake_bytes += size
+        conn.intake_bytes += size - held
+        conn.intake_requests += request
         if not conn.operator:
-            self.by_agent[conn.agent] += size
+            self.by_agent[conn.agent] += size - held
             self.requests[conn.agent] += request
         return True
 
     def give_back(self, conn: Peer, size: int, *, request: bool = True) -> None:
         size += REQUEST_OVERHEAD_BYTES * request
         conn.intake_bytes -= size
+        conn.intake_requests -= request
         if not conn.operator:
             self.by_agent[conn.agent] -= size
             if self.by_agent[conn.agent] <= 0:

@@ -27,13 +27,14 @@ from engine.protocol.frames import (
     Hello,
     ProtocolError,
     Request,
+    RequestId,
     Response,
     Welcome,
     decode_frame,
     ensure_token,
     socket_path,
 )
-from engine.protocol.requests import REQUESTS
+from engine.protocol.requests import REQUESTS, Message
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from engine.sandbox import bwraplimits, hostrevocations
@@ -645,19 +646,20 @@ class GatewayServer:
                 return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 return
-            frames.held -= len(line)  # counted from here as the request it is (or not at all)
-            self._intake.give_back(conn, len(line), request=False)
+            # Its bytes stay charged (frames.held) until its request's charge replaces them
             if conn.revoked:  # read before the revoke paused the transport: never acted upon
                 return
             if conn.reading_paused:  # arrived as it stopped draining: acted upon once it drains
                 await conn.wait_room()
                 if conn.closed or conn.revoked:
                     return
+            await slots.acquire()  # before it is decoded: a request waiting for a slot holds its frame alone
+            typed: Response | tuple[RequestId, str, Message] | None
             try:
-                frame = decode_frame(line)
-                if not isinstance(frame, Request):
-                    raise ProtocolError(f"expected a req frame, got {frame.type!r}")
+                typed = _typed(line)
             except ProtocolError as exc:
+                slots.release()
+                self._frame_done(conn, frames, len(line))
                 bad += 1
                 error = {"code": "bad_frame", "message": str(exc)}
                 conn.send(Response(id=exc.request_id, ok=False, error=error))
@@ -666,20 +668,32 @@ class GatewayServer:
                     await _drain_input(reader)
                     return
                 continue
-            await slots.acquire()
-            size = len(line)
-            if not await self._intake.take(conn, size):  # the request keeps its params while it runs
+            # Charged what it holds while it runs: its typed request's values, or its frame's bytes if more
+            # (limits.REQUEST_OVERHEAD_BYTES). What it decodes to is not held while it waits for room, only
+            # its frame, charged: it is decoded again once the charge is taken.
+            size = len(line) if isinstance(typed, Response) else max(len(line), typed[2].held_bytes())
+            if not self._intake.fits_now(conn, size, held=len(line)):
+                typed = None
+            if not await self._intake.take(conn, size, held=len(line)):
                 slots.release()
                 return
+            frames.held -= len(line)
+            if typed is None:
+                typed = _typed(line)
             if conn.revoked or not self._still_configured(conn):
                 self._intake.give_back(conn, size)
                 slots.release()
                 if not conn.revoked:
                     await self._drop([conn])
                 return
-            task = asyncio.get_running_loop().create_task(self._dispatch(conn, frame))
+            task = asyncio.get_running_loop().create_task(self._dispatch(conn, typed))
             conn.tasks.add(task)
             task.add_done_callback(self._request_done(conn, slots, size))
+
+    def _frame_done(self, conn: Connection, frames: limits.FrameReader, size: int) -> None:
+        """A frame that runs nothing: its bytes are no longer held."""
+        frames.held -= size
+        self._intake.give_back(conn, size, request=False)
 
     def _request_done(
         self, conn: Connection, slots: asyncio.Semaphore, size: int
@@ -691,41 +705,57 @@ class GatewayServer:
 
         return done
 
-    async def _dispatch(self, conn: Connection, req: Request) -> None:
+    async def _dispatch(self, conn: Connection, typed: Response | tuple[RequestId, str, Message]) -> None:
         """Every request is answered exactly once: its result, its deliberate error, or `internal` (logged
-        once with its traceback) for anything else a handler raises. The params are decoded here, once,
-        into the method's typed request (a bad field: `bad_params` naming the method and the field). A
-        revoked connection, being closed, starts nothing more."""
+        once with its traceback) for anything else a handler raises. Its params were decoded once, by
+        `_typed`, into the method's typed request (a bad field: `bad_params` naming the method and the
+        field, answered here). A revoked connection, being closed, starts nothing more."""
         if conn.revoked:
             return
+        if isinstance(typed, Response):
+            conn.send(typed)
+            return
+        rid, method, msg = typed
         if (
             not conn.operator
         ):  # its blocking work queues as its agent's (engine.fairpool), never the default pool
             fairpool.act_as(str(conn.agent), conn.fair_key)
-        handler, message = HANDLERS.get(req.method), REQUESTS.get(req.method)
-        if handler is None or message is None:
-            error = {"code": "unknown_method", "message": f"unknown method {req.method!r}"}
-            conn.send(Response(id=req.id, ok=False, error=error))
-            return
         try:
-            msg = message.decode(req.params)
             if not conn.operator and msg.agent_id:
                 # Every verb alike: an agent's request naming another agent is refused, never honoured.
                 agent_id(conn, msg.agent_id)
             await self.services.sessions_ready(msg)
-            result: dict[str, Any] = await handler(self.services, conn, msg)
+            result: dict[str, Any] = await HANDLERS[method](self.services, conn, msg)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).
-            response = Response(id=req.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))})
+            response = Response(id=rid, ok=False, error={"code": exc.code, "message": scrub(str(exc))})
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("handler %s failed", req.method)
+            log.exception("handler %s failed", method)
             text = scrub(f"{type(exc).__name__}: {exc}")
-            response = Response(id=req.id, ok=False, error={"code": "internal", "message": text})
+            response = Response(id=rid, ok=False, error={"code": "internal", "message": text})
         else:
-            response = Response(id=req.id, ok=True, result=result)
+            response = Response(id=rid, ok=True, result=result)
         conn.send(response)
+
+
+def _typed(line: bytes) -> Response | tuple[RequestId, str, Message]:
+    """One request frame decoded into its method's typed request (id, method, message), or the answer
+    refusing it (an unknown method, a bad field: `bad_params`); ProtocolError for a frame that is no request.
+    The frame's raw params are not kept: a field its method does not read is dropped here, before the
+    request is held (fresh round 17 b)."""
+    frame = decode_frame(line)
+    if not isinstance(frame, Request):
+        raise ProtocolError(f"expected a req frame, got {frame.type!r}")
+    handler, message = HANDLERS.get(frame.method), REQUESTS.get(frame.method)
+    if handler is None or message is None:
+        error = {"code": "unknown_method", "message": f"unknown method {frame.method!r}"}
+        return Response(id=frame.id, ok=False, error=error)
+    try:
+        return frame.id, frame.method, message.decode(frame.params)
+    except ExecHostError as exc:
+        return Response(id=frame.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))})
 
 
 async def _finish(conns: list[Connection]) -> None:

@@ -38,12 +38,6 @@ def _rss() -> int:
     return int(line.split()[1]) * 1024
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the per-agent request budget charges a request its frame's bytes plus a flat 6 KiB, "
-    "but the decoded params it holds while it runs are up to ~24x the frame (`[{},{},…]`: 3 bytes of "
-    "JSON, 72 bytes of Python); 15 waiting polls of one agent within its 16 MiB pin ~370 MB",
-)
 async def test_class3_an_agents_waiting_polls_pin_24x_their_budget_in_decoded_params(state_dir: Path) -> None:
     """Agent main (the gateway token alone) starts one background `sleep` and sends 15 `process poll`s
     that wait for its output (up to 120 s), each carrying a ~1 MiB field the verb ignores: a list of
@@ -267,12 +261,6 @@ async def _ran(client: Any, ask: str) -> bool:
     return run.get("status") in ("completed", "failed", "denied")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the pending-ask caps are 32 per principal and 256 in all, and the total counts the "
-    "operator's own share with the agents': eight agents' 32 asks each fill it, and the operator's own "
-    "exec is refused (APPROVAL_QUEUE_FULL), where connections keep the last 16 slots for the operator",
-)
 async def test_class3_eight_agents_asks_refuse_the_operators_own_exec(state_dir: Path) -> None:
     """Eight agents (each within its own share of 32 waiting asks) ask 32 times each. The operator then
     runs a command of its own that asks: its share (`_operator`) is empty, and no agent's asks may reach

@@ -5,11 +5,21 @@ asks quadratic (issue 19), and a wrong index would drop an ask from disk or refu
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
 from engine.approvals.durable import unsettled
-from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRequest
+from engine.approvals.pending import (
+    MAX_PENDING,
+    MAX_PENDING_PER_AGENT,
+    NEWCOMER_FLOOR,
+    NEWCOMER_SLOTS,
+    OPERATOR_ASKER,
+    ApprovalError,
+    ApprovalManager,
+    ApprovalRequest,
+)
 
 
 def req(command: str, agent: str = "main") -> ApprovalRequest:
@@ -111,6 +121,36 @@ def test_revoking_an_agent_denies_its_asks_and_voids_unstarted_runs() -> None:
         assert all(entry["run"]["status"] == "denied" for entry in approved.joined)
         assert not unsettled(approved)  # nothing of ops's is kept for the next gateway to run
         assert [r.id for r in mgr.pending()] == [other.id]
+        agrees(mgr)
+        mgr.close()
+
+    asyncio.run(go())
+
+
+def test_the_operators_share_and_the_newcomers_slots_outlast_a_flood_of_agents() -> None:
+    """Fresh round 17 b: eight agents filling their shares (and any more agents after them) neither refuse
+    the operator's own asks (its share counts in no total) nor leave a ninth agent no room at all (the
+    total's last slots are for agents holding fewer than NEWCOMER_FLOOR asks)."""
+
+    async def go() -> None:
+        mgr = ApprovalManager()
+        for n in range(8):
+            for i in range(MAX_PENDING_PER_AGENT):
+                mgr.register(req(f"ls /a{n}-{i}", agent=f"a{n}"))
+        filled = MAX_PENDING - NEWCOMER_SLOTS
+        assert len(mgr.pending()) == filled == 8 * MAX_PENDING_PER_AGENT
+        for n in range(8, 8 + NEWCOMER_SLOTS // NEWCOMER_FLOOR):  # each newcomer: a few asks, no more
+            for i in range(NEWCOMER_FLOOR):
+                mgr.register(req(f"ls /n{n}-{i}", agent=f"a{n}"))
+            with pytest.raises(ApprovalError, match=r"kept for agents with fewer than|in all"):
+                mgr.register(req(f"ls /n{n}-more", agent=f"a{n}"))  # the last newcomer: every slot taken
+        with pytest.raises(ApprovalError, match="in all"):
+            mgr.register(req("ls /late", agent="late"))  # the agents' total: every slot taken
+        for i in range(MAX_PENDING_PER_AGENT):  # the operator's own share, whole
+            mgr.register(replace(req(f"ls /op-{i}"), asker=OPERATOR_ASKER))
+        with pytest.raises(ApprovalError, match="the operator already has"):
+            mgr.register(replace(req("ls /op-more"), asker=OPERATOR_ASKER))
+        assert len(mgr.pending()) == MAX_PENDING + MAX_PENDING_PER_AGENT
         agrees(mgr)
         mgr.close()
 

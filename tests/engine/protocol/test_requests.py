@@ -3,14 +3,25 @@ type refused with the method and the field named."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engine.jsontext import held_bytes
 from engine.protocol.frames import RemoteError, Request, decode_frame, encode_frame
 from engine.protocol.methods import Method
-from engine.protocol.requests import KINDS, REQUESTS, BadParams, ExecRequest, Message, ProcessRequest
+from engine.protocol.requests import (
+    KINDS,
+    PROCESS_FIELDS,
+    REQUESTS,
+    BadParams,
+    ExecRequest,
+    Message,
+    ProcessRequest,
+)
 from runner.gateway.handlers import HANDLERS
 from tests.helpers.gateway import connect, gateway
 
@@ -55,7 +66,9 @@ def test_a_decoded_request_encodes_back_to_the_same_bytes(method: str) -> None:
     params = full_params(cls)
     if cls.PASS_THROUGH:
         params["action"] = params.get("action", "snapshot")
-        params["extra"] = {"nested": [1, 2]}  # the action's own field, passed through untouched
+        # the action's own field, passed through untouched (one the method reads, where it names them)
+        extra = "extra" if cls.PASS_FIELDS is None else sorted(cls.PASS_FIELDS)[0]
+        params[extra] = {"nested": [1, 2]}
     wire = encode_frame(Request(id=1, method=method, params=params))
     frame = decode_frame(wire)
     assert isinstance(frame, Request)
@@ -121,3 +134,33 @@ async def test_the_gateway_answers_a_bad_field_with_one_error_naming_it(state_di
             assert (await client.request(Method.STATUS))["pid"]  # the connection keeps serving
         finally:
             await client.close()
+
+
+def test_a_process_field_no_action_reads_is_dropped_at_decode() -> None:
+    """Fresh round 17 b: a field the process tool does not read is not held while the request runs (a
+    ~1 MiB `pad` of `{}`s held ~24 MiB of Python per waiting poll); the fields it reads are kept."""
+    msg = ProcessRequest.decode({"action": "poll", "sessionId": "s", "timeout": 5, "pad": [{}] * 1000})
+    assert msg.args == {"timeout": 5}
+    assert msg.held_bytes() < 1000
+
+
+def test_process_fields_cover_the_process_tools_schema() -> None:
+    from runner.mcp_schema import PROCESS_SCHEMA
+
+    named = {spec.wire for spec in ProcessRequest.specs()}
+    # timeoutMs is sent as timeout (runner.mcp_schema.to_gateway); approvalId goes to approvals.status
+    wanted = set(PROCESS_SCHEMA["properties"]) - named - {"timeoutMs", "approvalId"}
+    assert wanted <= PROCESS_FIELDS
+
+
+def test_held_bytes_is_what_the_values_hold_not_their_text() -> None:
+    import tracemalloc
+
+    text = "[" + ",".join(["{}"] * 10_000) + "]"
+    tracemalloc.start()
+    value = json.loads(text)
+    traced = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held_bytes(value) >= traced > 20 * len(text)
+    assert held_bytes(["ab"] * 1000) == sys.getsizeof(["ab"] * 1000) + 1000 * sys.getsizeof("ab")
+    assert held_bytes({"k": "v"}) == sys.getsizeof({"k": "v"}) + 2 * sys.getsizeof("k")
