@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import ostext
 from engine.approvals.pending import SHOWN_REQUESTERS
 from engine.errors import ExecHostError
 from engine.statefs import FILE_MODE, StateFileError, ensure_private_dir
@@ -45,6 +46,8 @@ LOG_NAME = "decisions.jsonl"
 ROTATE_BYTES = 1024 * 1024  # one file's size before it is rotated
 KEEP_FILES = 5  # the live file plus four rotated ones: at most ~5 MiB on disk per log (each agent's own)
 MAX_OWNERS = 50_000  # decisions whose agent is remembered, for where their run lines go
+# The bytes a lone surrogate leaves in a line: surrogatepass's ED A0..BF xx, or JSON's `\ud8xx`-style escape.
+_MAY_HOLD_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]|\\u[dD][89a-fA-F]")
 _PLAIN_AGENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_LINE_BYTES = 200 * 1024  # commands are capped at 64 KiB by the exec tool; a line holds one once
 MAX_ENTRIES = 5000  # newest decisions returned by a read (the rest stay on disk until rotated out)
@@ -426,11 +429,13 @@ class DecisionLog:
                     if len(raw) > MAX_LINE_BYTES or not raw.endswith(b"\n"):
                         continue  # a torn line (crash mid-write) or one nobody wrote
                     try:
-                        entry = json.loads(raw)
+                        entry = json.loads(raw)  # (bytes: read surrogatepass, as older gateways wrote them)
                     except ValueError:
                         continue
                     if isinstance(entry, dict) and entry.get("v") == VERSION:
-                        yield entry
+                        # A line an older gateway wrote of a path that is not UTF-8 holds a lone surrogate
+                        # (ED B3 BF, or a `\udcff` escape): shown in the record's form, as a line written now.
+                        yield ostext.shown_json(entry) if _MAY_HOLD_SURROGATE.search(raw) else entry
 
     def entries(self, agent_id: str | None = None) -> list[HistoryEntry]:
         """Decided approvals, newest first, each with the last run and session state written for it."""
@@ -515,7 +520,12 @@ class DecisionLog:
 
 
 def _encode(entry: dict[str, Any]) -> bytes:
-    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    """One log line, valid UTF-8: a record's text already is (ApprovalRequest owns it); anything else that
+    holds a lone surrogate (a run's text) is written in its one exact, showable form (engine.ostext)."""
+    try:
+        return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(ostext.shown_json(entry), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _ends_torn(path: Path, size: int) -> bool:
