@@ -14,6 +14,7 @@ from engine import ostext
 from engine.approvals.durable import PendingFile
 from engine.approvals.history import DecisionLog, encode_entry
 from engine.approvals.pending import NOT_UTF8, ApprovalManager, ApprovalRequest
+from engine.approvals.store import ApprovalsStore, Use
 
 ODD = os.fsdecode(b"/w/\xff/p")  # what os.path.realpath gives for a directory named b'\xff'
 ODD_SHOWN = "$'/w/\\xff/p'"
@@ -113,3 +114,16 @@ def test_a_history_line_an_older_gateway_wrote_of_a_surrogate_is_shown(tmp_path:
     line = encode_entry({"kind": "decision", "v": 1, "id": "d4", "status": "deny", "cwd": ODD})
     line.decode("utf-8")
     assert json.loads(line)["cwd"] == ODD_SHOWN
+
+
+def test_the_approvals_file_stamps_and_keeps_a_non_utf8_path(tmp_path: Path) -> None:
+    """The operator's own tree (an agent's writable file is never allowlisted without an ask) may hold a
+    name that is not UTF-8: the use stamp of a run of it, and an allow-always pattern naming it, are
+    written (the stamp failed before, every stamp of its batch with it); the pattern reads back exact."""
+    store = ApprovalsStore(tmp_path / "exec-approvals.json")
+    (entry,) = store.persist_allow_always("main", [ODD])
+    store.record_uses([Use("main", entry.id, "p", ODD, 1)])
+    store.path.read_bytes().decode("utf-8")  # valid UTF-8 (strict)
+    (back,) = ApprovalsStore(store.path).load().agents["main"].allowlist
+    assert back.pattern == ODD  # matched against the path the OS gives: exact
+    assert back.last_resolved_path == ODD_SHOWN  # shown to the operator: the record's form
