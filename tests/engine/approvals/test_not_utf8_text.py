@@ -15,6 +15,8 @@ from engine.approvals.durable import PendingFile
 from engine.approvals.history import DecisionLog, encode_entry
 from engine.approvals.pending import NOT_UTF8, ApprovalManager, ApprovalRequest
 from engine.approvals.store import ApprovalsStore, Use
+from engine.sessions.events import SystemEvents
+from engine.sessions.spool import EventSpool
 
 ODD = os.fsdecode(b"/w/\xff/p")  # what os.path.realpath gives for a directory named b'\xff'
 ODD_SHOWN = "$'/w/\\xff/p'"
@@ -127,3 +129,24 @@ def test_the_approvals_file_stamps_and_keeps_a_non_utf8_path(tmp_path: Path) -> 
     (back,) = ApprovalsStore(store.path).load().agents["main"].allowlist
     assert back.pattern == ODD  # matched against the path the OS gives: exact
     assert back.last_resolved_path == ODD_SHOWN  # shown to the operator: the record's form
+
+
+def test_an_event_naming_a_non_utf8_path_is_kept_and_loses_no_other_at_restart(tmp_path: Path) -> None:
+    """An event's text may name the agent's path (`approval-stale: the working directory is now …`): the
+    spool was written surrogatepass and read strict, so the next gateway moved it aside, every agent's
+    undelivered events with it. The event is kept, shown in the record's form; an older spool is read."""
+    spool = EventSpool(tmp_path / "events.json")
+    events = SystemEvents(spool=spool)
+    events.enqueue("agent:ops:k", "Exec finished: ops's result")
+    events.enqueue("agent:main:k", f"Exec denied (approval-stale): the working directory is now {ODD}")
+    spool.path.read_bytes().decode("utf-8")  # valid UTF-8 (strict)
+    again = SystemEvents(spool=EventSpool(spool.path))
+    assert again.peek("agent:ops:k") == ["Exec finished: ops's result"]
+    (odd,) = again.peek("agent:main:k")
+    assert odd.startswith("$'Exec denied") and "\\xff" in odd
+    assert os.fsencode(ostext.exact(odd)).endswith(b"/w/\xff/p")
+    # a spool an older gateway wrote (ED B3 BF): read, every queue kept
+    older = json.dumps({"version": 1, "queues": {"agent:ops:k": ["kept"], "agent:main:k": [ODD]}})
+    spool.path.write_bytes(older.encode("utf-8", "surrogatepass"))
+    restored = SystemEvents(spool=EventSpool(spool.path))
+    assert restored.peek("agent:ops:k") == ["kept"] and restored.peek("agent:main:k") == [ODD_SHOWN]
