@@ -63,21 +63,31 @@ def exact(text: str) -> str:
 
 def shown_json(value: Any) -> Any:
     """`value` (JSON-shaped: dicts, lists, strings, numbers) with every string, keys too, made `shown`;
-    the very same object when nothing needed it (the common case costs one walk, no copy)."""
+    the very same object when nothing needed it. The common case is one `repr` (in C, ~20x faster than a
+    walk in Python, bench/bench_ask_text.py): it writes each lone surrogate as `\\udXXX`, so text whose
+    repr has no `\\ud` holds none (a literal backslash-u-d in a string only costs the walk)."""
+    if isinstance(value, str):
+        return shown(value)
+    if "\\ud" not in repr(value):
+        return value
+    return _walk(value)
+
+
+def _walk(value: Any) -> Any:
     if isinstance(value, str):
         return shown(value)
     if isinstance(value, dict):
         out_d: dict[Any, Any] | None = None
         for n, (key, item) in enumerate(value.items()):
             new_key = shown(key) if isinstance(key, str) else key
-            new_item = shown_json(item) if isinstance(item, str | dict | list | tuple) else item
+            new_item = _walk(item) if isinstance(item, str | dict | list | tuple) else item
             if out_d is None and (new_key is not key or new_item is not item):
                 out_d = dict(list(value.items())[:n])
             if out_d is not None:
                 out_d[new_key] = new_item
         return value if out_d is None else out_d
     if isinstance(value, list | tuple):
-        items = [shown_json(item) if isinstance(item, str | dict | list | tuple) else item for item in value]
+        items = [_walk(item) if isinstance(item, str | dict | list | tuple) else item for item in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return items if isinstance(value, list) else tuple(items)
