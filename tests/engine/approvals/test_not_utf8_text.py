@@ -10,10 +10,11 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine import ostext
+from engine import jsontext, ostext
 from engine.approvals.durable import PendingFile
 from engine.approvals.history import DecisionLog, encode_entry
 from engine.approvals.pending import NOT_UTF8, ApprovalManager, ApprovalRequest
+from engine.approvals.socket.wire import PromptRequest
 from engine.approvals.store import ApprovalsStore, Use
 from engine.sessions.events import SystemEvents
 from engine.sessions.spool import EventSpool
@@ -150,3 +151,12 @@ def test_an_event_naming_a_non_utf8_path_is_kept_and_loses_no_other_at_restart(t
     spool.path.write_bytes(older.encode("utf-8", "surrogatepass"))
     restored = SystemEvents(spool=EventSpool(spool.path))
     assert restored.peek("agent:ops:k") == ["kept"] and restored.peek("agent:main:k") == [ODD_SHOWN]
+
+
+def test_an_exec_frames_ask_relayed_from_exec_approvals_sock_is_shown_exactly() -> None:
+    """The console's exec-approvals.sock asks this host's decider about paths it resolved; relayed to the
+    gateway (`approvals.relay`), a lone surrogate became U+FFFD in the frame (two trees shown alike)."""
+    prompt = PromptRequest(id="r", command="./p", cwd=os.fsdecode(b"/w/\xff"), resolved_path=ODD)
+    assert prompt.resolved_path == ODD_SHOWN and prompt.cwd == "$'/w/\\xff'"
+    sent = jsontext.loads_wire(jsontext.dumps_wire({"resolvedPath": prompt.resolved_path, "cwd": prompt.cwd}))
+    assert os.fsencode(ostext.exact(sent["resolvedPath"])) == b"/w/\xff/p"
