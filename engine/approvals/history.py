@@ -46,8 +46,6 @@ LOG_NAME = "decisions.jsonl"
 ROTATE_BYTES = 1024 * 1024  # one file's size before it is rotated
 KEEP_FILES = 5  # the live file plus four rotated ones: at most ~5 MiB on disk per log (each agent's own)
 MAX_OWNERS = 50_000  # decisions whose agent is remembered, for where their run lines go
-# The bytes a lone surrogate leaves in a line: surrogatepass's ED A0..BF xx, or JSON's `\ud8xx`-style escape.
-_MAY_HOLD_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]|\\u[dD][89a-fA-F]")
 _PLAIN_AGENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_LINE_BYTES = 200 * 1024  # commands are capped at 64 KiB by the exec tool; a line holds one once
 MAX_ENTRIES = 5000  # newest decisions returned by a read (the rest stay on disk until rotated out)
@@ -435,7 +433,9 @@ class DecisionLog:
                     if isinstance(entry, dict) and entry.get("v") == VERSION:
                         # A line an older gateway wrote of a path that is not UTF-8 holds a lone surrogate
                         # (ED B3 BF, or a `\udcff` escape): shown in the record's form, as a line written now.
-                        yield ostext.shown_json(entry) if _MAY_HOLD_SURROGATE.search(raw) else entry
+                        # Two substring checks (~0.6 us a line, a regex cost as much as the json.loads):
+                        # a surrogate's bytes begin ED, its escape is `\u`; a false hit costs one repr.
+                        yield ostext.shown_json(entry) if b"\xed" in raw or b"\\u" in raw else entry
 
     def entries(self, agent_id: str | None = None) -> list[HistoryEntry]:
         """Decided approvals, newest first, each with the last run and session state written for it."""
