@@ -29,7 +29,6 @@ from engine.statefs import (
     StateFileError,
     atomic_write,
     ensure_private_dir,
-    read_text,
     refuse_symlink,
 )
 
@@ -236,27 +235,34 @@ class PendingFile:
             asks[ask.id] = ask  # first seen, first restored: arrival order
         return list(asks.values())
 
-    def _read(self, path: Path) -> str | None:
-        """The file's text; None when it is missing or unreadable (then reported in `problem`)."""
+    def _read(self, path: Path) -> bytes | None:
+        """The file's bytes; None when it is missing or unreadable (then reported in `problem`)."""
         try:
-            return read_text(path)
-        except (OSError, StateFileError, UnicodeDecodeError) as exc:
+            refuse_symlink(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except (OSError, StateFileError) as exc:
             self.problem = f"pending approvals not loaded from {path}: {exc}"
             log.error("%s", self.problem)
             return None
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read()
 
     def _load_journal(self) -> list[dict[str, Any]]:
         raw = self._read(self.journal)
         if not raw:
             return []
-        self.journal_bytes = len(raw.encode("utf-8", "surrogatepass"))
-        lines = raw.split("\n")
+        self.journal_bytes = len(raw)
+        lines = raw.split(b"\n")
         entries = []
         for n, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
-                entry = jsontext.loads(line)
+                # One line at a time, so one bad line never costs the others; surrogatepass reads back a
+                # line an older gateway wrote of a path that is not UTF-8 (ED B3 BF for U+DCFF).
+                entry = jsontext.loads(_text(line))
                 if not isinstance(entry, dict) or not ({"ask", "settled"} & entry.keys()):
                     raise ValueError("not a journal entry")
             except ValueError as exc:
@@ -274,7 +280,7 @@ class PendingFile:
             return []
         self.snapshot_bytes = len(raw)
         try:
-            data = jsontext.loads(raw)
+            data = jsontext.loads(_text(raw))
             if not isinstance(data, dict) or data.get("version") != VERSION:
                 raise ValueError("not a pending-approvals file")
             return [StoredAsk.from_json(a) for a in data.get("asks") or []]
@@ -287,7 +293,20 @@ class PendingFile:
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    """UTF-8 JSON that reads back exactly. The record's own text is valid Unicode (ApprovalRequest owns it),
+    but the resume data is machine state the next gateway compares with what it prepares (the cwd, the
+    pinned command, each pinned path): a path that is not UTF-8 is kept exact there, as JSON's `\\udcff`
+    escapes (ASCII), which `jsontext.loads` reads back to the very str (never shown to anyone)."""
+    try:
+        return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True).encode("ascii")
+
+
+def _text(raw: bytes) -> str:
+    """A journal line or snapshot as text; surrogatepass reads what an older gateway wrote of a lone
+    surrogate (its three bytes) back to it; anything else not UTF-8 is a ValueError (UnicodeDecodeError)."""
+    return raw.decode("utf-8", "surrogatepass")
 
 
 def _ends_torn(fd: int) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine import jsontext
+from engine import jsontext, ostext
 from engine.approvals import generations as stamps
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
 from engine.approvals.generations import Generations
@@ -51,6 +51,10 @@ MAX_PENDING = 8 * MAX_PENDING_PER_AGENT + NEWCOMER_SLOTS  # all agents together 
 SHOWN_REQUESTERS = 8
 MAX_VIEW_BYTES = 768 * 1024  # one ask as shown (its view): a 1 MiB frame holds it and what wraps it
 HISTORY_SIZE = 500  # decided approvals remembered for `approvals.status|history` (commands ≤ 64 KiB each)
+NOT_UTF8 = (
+    "a path or name here is not UTF-8: it is shown as bash would quote its bytes, $'…' with each byte that "
+    "is not UTF-8 as \\xNN"
+)
 # Who asked, when it was the operator (ApprovalRequest.asker): no proof key is this (they hold `>`).
 OPERATOR_ASKER = "operator"
 
@@ -111,6 +115,25 @@ class ApprovalRequest:
     # key of its share of pending asks, so the operator's call and an agent's identical call are never one
     # requester. (The proof that made a caller its agent is the record's `proofs`, not this.)
     asker: str = ""
+
+    def __post_init__(self) -> None:
+        # The record owns its text (fresh round 17 b): a path the gateway read from the agent's tree that is
+        # not UTF-8 enters it here in its one exact, showable form (engine.ostext), so no view, journal line,
+        # decision log line or frame of it can fail to encode, whichever code made the ask.
+        changed = False
+        for name in ("command", "cwd", "resolved_path", "agent_reason", "node_name", "egress"):
+            text = getattr(self, name)
+            if text is not None and not text.isascii() and ostext.holds_surrogate(text):
+                object.__setattr__(self, name, ostext.shown(text))
+                changed = True
+        for name in ("env", "decision_json", "warnings"):
+            value = getattr(self, name)
+            clean = ostext.shown_json(value)
+            if clean is not value:
+                object.__setattr__(self, name, tuple(map(tuple, clean)) if name == "env" else clean)
+                changed = True
+        if changed:
+            object.__setattr__(self, "warnings", (*self.warnings, NOT_UTF8))
 
     @property
     def principal(self) -> str:

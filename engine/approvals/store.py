@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import ostext, statefs
 from engine.approvals.schema import (
     ALLOW_ALWAYS,
     DEFAULT_AGENT,
@@ -75,6 +75,13 @@ class Use:
     command: str
     resolved_path: str | None
     at_ms: int
+
+    def __post_init__(self) -> None:
+        # What the operator reads back (lastResolvedPath, lastUsedCommand): a path that is not UTF-8 in
+        # its one exact, showable form (engine.ostext), as in an ask's record, so the stamp can be written.
+        if self.resolved_path is not None:
+            object.__setattr__(self, "resolved_path", ostext.shown(self.resolved_path))
+        object.__setattr__(self, "command", ostext.shown(self.command))
 
 
 def generate_token() -> str:
@@ -184,7 +191,12 @@ class ApprovalsStore:
                 self._write(data)
 
     def _write(self, data: dict[str, Any]) -> None:
-        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        try:
+            text = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        except UnicodeEncodeError:
+            # A pattern is matched against the path the OS gives (an allow-always of a path that is not
+            # UTF-8): kept exact, as JSON's `\\udcff` escapes (ASCII), which json.loads reads back to it.
+            text = (json.dumps(data, indent=2, ensure_ascii=True) + "\n").encode("ascii")
         try:
             statefs.atomic_write(self.path, text)
         except (statefs.StateFileError, OSError) as exc:

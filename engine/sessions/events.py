@@ -8,6 +8,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from engine import ostext
 from engine.principals import key_owner
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ class SystemEvents:
         key = session_key.strip()[:256]
         if not key:
             return
+        # A text naming a path the OS gave that is not UTF-8 (a stale run's cwd) in its one exact, showable
+        # form (engine.ostext): the spool, every `events` page and every push of it stay UTF-8.
+        text = ostext.shown(text)
         if len(text) > MAX_EVENT_CHARS:
             cut = len(text) - MAX_EVENT_CHARS + 40
             text = text[: MAX_EVENT_CHARS - 40] + f"… [{cut} characters cut]"

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 
-from engine import jsontext
+from engine import jsontext, ostext
 from engine.principals import key_owner
-from engine.statefs import StateFileError, atomic_write, read_text
+from engine.statefs import StateFileError, atomic_write, refuse_symlink
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class EventSpool:
         """The queues left by the last gateway; an unreadable spool is reported and kept aside, never
         silently replaced (DESIGN §3)."""
         try:
-            raw = read_text(self.path)
+            raw = _read(self.path)
         except (OSError, StateFileError, UnicodeDecodeError) as exc:
             self.problem = f"undelivered events not loaded from {self.path}: {exc}"
             log.error("%s", self.problem)
@@ -55,7 +56,7 @@ class EventSpool:
         """The queues as on disk, changing nothing (what `exechost events` shows with no gateway running);
         StateFileError when the file cannot be read or is not a spool."""
         try:
-            raw = read_text(self.path)
+            raw = _read(self.path)
             return {} if raw is None else _parse(raw)
         except (OSError, UnicodeDecodeError, ValueError, KeyError) as exc:
             raise StateFileError(f"undelivered events in {self.path} unreadable ({exc})") from None
@@ -90,7 +91,7 @@ def _parse(raw: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for key, texts in list(queues.items())[:MAX_KEYS]:
         if isinstance(key, str) and key.strip() and isinstance(texts, list):
-            out[key] = [t[:MAX_TEXT_CHARS] for t in texts if isinstance(t, str)]
+            out[ostext.shown(key)] = [ostext.shown(t)[:MAX_TEXT_CHARS] for t in texts if isinstance(t, str)]
     return out
 
 
@@ -121,5 +122,23 @@ def _size(text: str) -> int:
 
 
 def _encode(queues: dict[str, list[str]]) -> bytes:
+    """UTF-8 only: SystemEvents.enqueue shows every text (engine.ostext); anything else is shown here."""
     text = json.dumps({"version": VERSION, "queues": queues}, ensure_ascii=False)
-    return text.encode("utf-8", "surrogatepass")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(
+            {"version": VERSION, "queues": ostext.shown_json(queues)}, ensure_ascii=False
+        ).encode()
+
+
+def _read(path: Path) -> str | None:
+    """The spool's text; surrogatepass reads back what an older gateway wrote of a lone surrogate (its
+    three bytes, which a strict read refused, losing every queue), shown by _parse."""
+    refuse_symlink(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read().decode("utf-8", "surrogatepass")

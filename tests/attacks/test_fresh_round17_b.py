@@ -16,7 +16,8 @@ from aiohttp import web as aiohttp_web
 
 from console import socket_asks
 from console import web as web_console
-from engine import fairpool, principals, statefs
+from engine import fairpool, ostext, principals, statefs
+from engine.approvals.pending import NOT_UTF8
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import request_decision
 from engine.approvals.store import ApprovalsStore
@@ -128,13 +129,6 @@ def _odd_tree(state: Path) -> Path:
     return work
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `approvals.pending`/`attach` size each view with `json.dumps(ensure_ascii=False)"
-    ".encode()`, which raises on a lone surrogate; a path the gateway read from the agent's own tree "
-    "(a dir named b'\\xff', decoded with surrogateescape) puts one in the ask's resolvedPath, and the "
-    "operator's inbox fails (`internal`) for every agent while that ask waits",
-)
 async def test_class5_a_non_utf8_dir_name_in_one_ask_breaks_the_operators_inbox(state_dir: Path) -> None:
     """Agent main's own tree holds a program under a directory whose name is not UTF-8 (any run of the
     agent can make one: `mkdir $'\\xff'`), reached through a link with a plain name. Its `./p` asks;
@@ -165,12 +159,6 @@ async def test_class5_a_non_utf8_dir_name_in_one_ask_breaks_the_operators_inbox(
                 await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the pending journal is written with surrogatepass (a lone surrogate becomes the bytes "
-    "ED B3 BF) but read back with a strict UTF-8 decode; one ask of an agent's non-UTF-8 path makes the "
-    "next gateway load no pending ask at all, every agent's approved-not-started runs included",
-)
 async def test_class7_a_non_utf8_path_in_one_ask_loses_every_pending_ask_at_restart(state_dir: Path) -> None:
     """Agent ops asks for `ls /`; agent main asks for `./p` in its non-UTF-8 tree; the gateway restarts
     (an upgrade, a reboot). Pending asks outlive a gateway (the pending journal): the next gateway must
@@ -196,12 +184,6 @@ async def test_class7_a_non_utf8_path_in_one_ask_loses_every_pending_ask_at_rest
         assert "ls /" in restored, (restored, problem)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `approvals.history` sizes each row with `json.dumps(ensure_ascii=False).encode()`; the "
-    "decision log keeps a lone surrogate (written surrogatepass, read by json.loads of bytes), so one "
-    "decided ask of an agent's non-UTF-8 path breaks the operator's history (`internal`) for good",
-)
 async def test_class5_a_non_utf8_path_in_a_decided_ask_breaks_the_operators_history(state_dir: Path) -> None:
     """Agent main asks for `./p` in its non-UTF-8 tree; the operator denies it. From then on the
     operator's `approvals.history` (the console's History pane, `exechost approvals history`) must still
@@ -217,6 +199,67 @@ async def test_class5_a_non_utf8_path_in_a_decided_ask_breaks_the_operators_hist
             await operator.request("approve", {"id": odd_ask["details"]["approvalId"], "decision": "deny"})
             page = await operator.request("approvals.history", {})
             assert page["approvals"], page
+        finally:
+            for client in (main, operator):
+                await client.close()
+
+
+async def test_class5_what_the_operator_is_shown_names_the_real_bytes(state_dir: Path) -> None:
+    """Variant: the ask of `./p` in the non-UTF-8 tree is shown, and not as a lossy U+FFFD (two trees,
+    b'\\xff' and b'\\xfe', would show alike) nor as a name another file could hold: as bash quotes its
+    bytes, which read back to the very path, with a warning that says so; the whole page is UTF-8."""
+    write_config(state_dir, ALLOWLIST)
+    work = _odd_tree(state_dir)
+    real = os.path.join(os.fsencode(work), b"\xff", b"p")
+    async with gateway(state_dir) as server:
+        main = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            odd_ask = await main.request("exec", {"command": "./p", "workdir": str(work)})
+            assert odd_ask["details"]["status"] == "approval-pending", odd_ask
+            (row,) = (await operator.request("approvals.pending", {}))["approvals"]
+            shown = row["resolvedPath"]
+            assert shown.startswith("$'") and "\\xff" in shown and "\ufffd" not in shown, shown
+            assert os.fsencode(ostext.exact(shown)) == real
+            assert NOT_UTF8 in row["warnings"]
+            assert any(
+                ostext.exact(s.get("resolvedPath") or "") == os.fsdecode(real) for s in row["segments"]
+            )
+            for record in server.services.approvals.pending():
+                json.dumps(record.view(), ensure_ascii=False).encode("utf-8")  # every view: valid UTF-8
+        finally:
+            for client in (main, operator):
+                await client.close()
+
+
+async def test_class7_a_non_utf8_ask_restored_at_restart_runs_as_approved(state_dir: Path) -> None:
+    """Variant: the ask of the non-UTF-8 path itself outlives the gateway too, and approved after the
+    restart it runs the very file approved (its resume data kept exact, not only its shown text)."""
+    write_config(state_dir, ALLOWLIST)
+    work = _odd_tree(state_dir)
+    async with gateway(state_dir) as server:
+        main = await connect(state_dir, operator=False)
+        try:
+            odd_ask = await main.request("exec", {"command": "./p", "workdir": str(work), "sessionKey": "k"})
+            assert odd_ask["details"]["status"] == "approval-pending", odd_ask
+            await server.services.approvals.durable()
+        finally:
+            await main.close()
+    async with gateway(state_dir) as server:
+        (restored,) = server.services.approvals.pending()
+        assert restored.id == odd_ask["details"]["approvalId"], server.services.journal.pending_file.problem
+        assert restored.request.resolved_path is not None and "\\xff" in restored.request.resolved_path
+        main = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            await operator.request("approve", {"id": restored.id, "decision": "allow-once"})
+
+            async def finished() -> list[str]:
+                events = (await main.request("events", {"sessionKey": "k"}))["events"]
+                return [e["text"] for e in events if e["text"].startswith("Exec ")]
+
+            texts = await wait_until(finished, timeout=30)
+            assert "hi" in texts[0] and "code 0" in texts[0], texts
         finally:
             for client in (main, operator):
                 await client.close()

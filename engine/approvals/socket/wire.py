@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import jsontext
+from engine import jsontext, ostext
 from engine.approvals.decisions import DECISIONS
 from engine.errors import InvalidInput
 from engine.unixsock import PeerInfo
@@ -53,6 +53,17 @@ class PromptRequest:
     # An `exec` frame's env overrides, keys and values: what the command runs with beyond the sanitised
     # base, shown wherever the ask is (issue 27 §3); never read from a `request` frame.
     env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # An `exec` frame's ask names the paths this host resolved (its cwd, the program, the warnings): one
+        # that is not UTF-8 in its one exact, showable form (engine.ostext), as the gateway's record shows it,
+        # so relaying the ask (approvals.relay) neither fails nor loses its bytes to U+FFFD.
+        for name in ("command", "cwd", "resolved_path"):
+            text = getattr(self, name)
+            if text is not None:
+                object.__setattr__(self, name, ostext.shown(text))
+        object.__setattr__(self, "warnings", ostext.shown_json(self.warnings))
+        object.__setattr__(self, "env", ostext.shown_json(self.env))
 
     @classmethod
     def from_wire(
