@@ -41,11 +41,14 @@ class ApprovalJournal:
         # The asks that changed since the last batch; journaled (one line each) when the batch is taken.
         self._pending_dirty: dict[str, ApprovalRecord] = {}
         self._pending_ids: set[str] = set()  # asks the files hold as unsettled
-        self._pending_out: tuple[list[bytes], bytes | None] = ([], None)  # (journal lines, new snapshot)
+        # (journal lines, new snapshot, the asks they hold)
+        self._pending_out: tuple[list[bytes], bytes | None, set[str]] = ([], None, set())
+        # Asks whose latest state a failed write held, and why: not on disk until a later write holds them.
+        self._unsaved: dict[str, str] = {}
         self.pending_writer = GroupWriter("pending approvals", self._write_pending, latest_only=True)
         approvals.barrier = self.pending_writer.barrier
         approvals.decided_barrier = self.decided_barrier
-        approvals.durable_problem = lambda: self.pending_file.problem
+        approvals.durable_problem = lambda record: self._unsaved.get(record.id)
 
     def start(self) -> None:
         """After the kept asks were restored: the files hold exactly the asks now known."""
@@ -130,28 +133,41 @@ class ApprovalJournal:
         """On the loop, as a batch is taken: the journal lines of the asks that changed (their state
         now), or the whole snapshot when the journal has outgrown it. b"": nothing to write, no hop."""
         lines = []
+        held: set[str] = set()
         for record in self._pending_dirty.values():
             if unsettled(record):
                 lines.append(self.pending_file.entry(record))
                 self._pending_ids.add(record.id)
+                held.add(record.id)
             elif record.id in self._pending_ids:  # settled: the files stop holding it
                 lines.append(self.pending_file.entry(record))
                 self._pending_ids.discard(record.id)
+                held.add(record.id)
         self._pending_dirty.clear()
         snapshot = None
         if lines and self.pending_file.wants_compaction():
             unsettled_now = self.approvals.unsettled_records()
             snapshot = self.pending_file.encode(unsettled_now)
             self._pending_ids = {r.id for r in unsettled_now}
-        self._pending_out = (lines, snapshot)
+            held |= self._pending_ids
+        self._pending_out = (lines, snapshot, held)
         return snapshot or b"\n".join(lines)
 
     def _write_pending(self, batch: list[bytes]) -> None:
-        lines, snapshot = self._pending_out
+        """In the writer's thread (one batch at a time): the batch, then which asks it left unsaved."""
+        lines, snapshot, held = self._pending_out
         if snapshot is not None:
             self.pending_file.write(snapshot, before=lines)
         elif lines:
             self.pending_file.append(lines)
+        problem = self.pending_file.problem  # set by this write when it failed, cleared when it succeeded
+        if snapshot is not None and problem is None:
+            self._unsaved.clear()  # the snapshot holds every ask as it is now (settled ones: gone)
+        for ask in held:
+            if problem is None:
+                self._unsaved.pop(ask, None)
+            else:
+                self._unsaved[ask] = problem
 
     def _linked_sessions(self) -> dict[str, tuple[str, str | None]]:
         if self._history_sessions is None:
