@@ -61,13 +61,56 @@ def _account_home() -> str:
 
 
 def state_dir(env: dict[str, str] | None = None) -> Path:
-    """The state dir: $OPENCLAW_STATE_DIR, else <home>/.openclaw (paths fixed by the seeds)."""
+    """The state dir: $OPENCLAW_STATE_DIR, else <home>/.openclaw (paths fixed by the seeds); the real path
+    a service of this process judged it as, once one did (pin_state_dir)."""
     source = os.environ if env is None else env
     raw = source.get("OPENCLAW_STATE_DIR", "").strip()
-    if raw:
-        # Absolute: the host view hides it by path in a process whose cwd is the command's, not ours.
-        return Path(os.path.abspath(os.path.expanduser(raw)))
-    return Path(home_dir(source)) / ".openclaw"
+    # Absolute: the host view hides it by path in a process whose cwd is the command's, not ours.
+    named = Path(os.path.abspath(os.path.expanduser(raw))) if raw else Path(home_dir(source)) / ".openclaw"
+    if _PINNED:
+        pinned = _PINNED.get(str(named))
+        if pinned is not None:
+            return pinned[0]
+    return named
+
+
+# A state dir as named -> (the real path a service of this process resolved it to once, and judged; how
+# many services hold it). A link on the named way (another account's, in a sticky dir like /tmp) may be
+# re-pointed while the service runs: every path it opens from then on stays in the dir it judged (fresh
+# round 17 c), whoever asks state_dir() in this process.
+_PINNED: dict[str, tuple[Path, int]] = {}
+_pins = 0  # bumped at every pin and unpin: a cache of state_dir()'s answer keys on it (pin_generation)
+
+
+def pin_state_dir(named: Path) -> Path:
+    """`named` resolved once (its links followed now, never again): what state_dir() answers for `named`
+    from now on in this process, until unpin_state_dir. The caller judges and uses the path returned."""
+    global _pins
+    key = os.path.abspath(named)
+    held = _PINNED.get(key)
+    real = held[0] if held is not None else Path(os.path.realpath(key))
+    _PINNED[key] = (real, (held[1] if held is not None else 0) + 1)
+    _pins += 1
+    return real
+
+
+def unpin_state_dir(named: Path) -> None:
+    """The service that pinned `named` stopped (the last one: state_dir() names it as before)."""
+    global _pins
+    key = os.path.abspath(named)
+    held = _PINNED.get(key)
+    if held is None:
+        return
+    if held[1] <= 1:
+        del _PINNED[key]
+    else:
+        _PINNED[key] = (held[0], held[1] - 1)
+    _pins += 1
+
+
+def pin_generation() -> int:
+    """Changes whenever what state_dir() answers may have (a pin or unpin)."""
+    return _pins
 
 
 def refuse_symlink(path: Path) -> None:

@@ -391,9 +391,10 @@ class ApprovalManager:
         # sets it to its durable writer's barrier (what was decided or asked is on disk first).
         self.barrier: Callable[[], Awaitable[None]] | None = None
         self.decided_barrier: Callable[[ApprovalRecord], Awaitable[None]] | None = None  # its decision
-        # Why the durable writer's last write failed (None: what was queued is on disk). A barrier returns
-        # either way; what must not go ahead unrecorded (a run's start) asks here after it.
-        self.durable_problem: Callable[[], str | None] = lambda: None
+        # Why this record's latest state is not on disk (None: the write that held it succeeded). A barrier
+        # returns either way; what must not go ahead unrecorded (a run's start) asks here after it. Per
+        # record, never "the last write": a later write of other asks succeeding says nothing of this one.
+        self.durable_problem: Callable[[ApprovalRecord], str | None] = lambda _record: None
         # Decided approvals, newest last: what became of each (decision history, `approvals.status`).
         self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
         # Bumped by every revoke and rotation: an ask from a run that began before is refused (register).

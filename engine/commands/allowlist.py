@@ -309,13 +309,15 @@ _POSIX = os.name == "posix"
 
 
 def _state_env() -> tuple[object, ...]:
-    """The values of _STATE_ENV, for a cache key. os.environ.get raises and catches a KeyError inside for
-    each unset name, which costs more than the rest of a cached lookup; on POSIX os.environ keeps every
-    value in `_data` (bytes keys), updated by each os.environ write, so read that where it is there."""
+    """The values of _STATE_ENV (and statefs.pin_generation), for a cache key. os.environ.get raises and
+    catches a KeyError inside for each unset name, which costs more than the rest of a cached lookup; on
+    POSIX os.environ keeps every value in `_data` (bytes keys), updated by each os.environ write, so read
+    that where it is there."""
     data = getattr(os.environ, "_data", None)
+    pins = statefs.pin_generation()  # a state dir pinned since: state_dir() answers its real path
     if _POSIX and type(data) is dict:
-        return (data.get(_HOME_KEY), data.get(_STATE_KEY), data.get(_HOME_ENV_KEY))
-    return tuple(os.environ.get(name) for name in _STATE_ENV)
+        return (data.get(_HOME_KEY), data.get(_STATE_KEY), data.get(_HOME_ENV_KEY), pins)
+    return (*(os.environ.get(name) for name in _STATE_ENV), pins)
 
 
 # What a decision needs besides the command, kept while nothing it was read from has changed: the entries

@@ -286,16 +286,24 @@ def node_state_dir(path: str, node_id: str, writable: list[str]) -> bool:
     return isinstance(data, dict) and data.get("nodeId") == node_id
 
 
-def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
-    """Trust `state` as this service's state dir, recording it before anything is written in it. First
-    by who may write it (judge): no other account may, it or any dir above. Then, for an existing dir no
-    gateway of this account recorded (this account's host runs write what it writes, the home's
-    hostWritable dirs too): it must hold nothing but the operator's config (OPERATOR_MADE) and not sit in
-    a dir others may write (a sticky one: whoever may write there may have made it). The operator may
-    name one in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv).
-    Otherwise StateDirRefusedError, naming the dir and why."""
+def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resolved: bool = False) -> str:
+    """Trust `state` as this service's state dir, recording it before anything is written in it; returns
+    the real path judged, the one the service must use from then on (a link on the named way may be
+    re-pointed later: engine.statefs.pin_state_dir). `resolved`: `state` is that path already (pinned
+    by the caller), refused if a link has taken a place on it since. First by who may write it (judge):
+    no other account may, it or any dir above. Then, for an existing dir no gateway of this account
+    recorded (this account's host runs write what it writes, the home's hostWritable dirs too): it must
+    hold nothing but the operator's config (OPERATOR_MADE) and not sit in a dir others may write (a
+    sticky one: whoever may write there may have made it). The operator may name one in
+    $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv). Otherwise
+    StateDirRefusedError, naming the dir and why."""
     env = os.environ if environ is None else environ
     real = os.path.realpath(state)
+    if resolved and real != os.path.abspath(state):
+        raise StateDirRefusedError(
+            f"{state}: this state dir's path now leads to {real} (a link took a place on it since it was "
+            "resolved): refusing a dir other than the one judged"
+        )
     why = judge(real)
     if why:
         raise StateDirRefusedError(
@@ -308,8 +316,8 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
     # hostWritable dir may be the home, which holds the record); deeper, a hostWritable dir may hold it
     direct = os.path.dirname(real) == os.path.realpath(home)
     if direct or real in recorded(home) or (trusted and os.path.realpath(trusted) == real):
-        record(home, state)
-        return
+        record(home, real)
+        return real
     names: list[str] = []
     with contextlib.suppress(FileNotFoundError):
         names = os.listdir(real)
@@ -328,7 +336,8 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
             f"it and remove it (a gateway makes it anew), or, if it is yours, start once with "
             f"{TRUST_ENV}={state}"
         )
-    record(home, state)
+    record(home, real)
+    return real
 
 
 def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:

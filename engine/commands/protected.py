@@ -20,7 +20,8 @@ def protected_root(*, poll: bool = True, home: str | None = None) -> str:
     `home`: statefs.home_dir(), when the caller has it already."""
     env = os.environ
     account = home if home is not None else statefs.home_dir()
-    key = (env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), account)
+    pins = statefs.pin_generation()
+    key = (env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), account, pins)
     return real_path(_state_dir_text(key), poll=poll)
 
 
@@ -28,15 +29,18 @@ def protected_root_watched(home: str) -> tuple[str, bool]:
     """protected_root(poll=False, home=home), and whether the path cache holds that answer (then it stays
     true until a watched directory changes)."""
     env = os.environ
-    text = _state_dir_text((env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), home))
+    pins = statefs.pin_generation()
+    text = _state_dir_text(
+        (env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), home, pins)
+    )
     root = real_path(text, poll=False)
     return root, REAL.get(text) == root
 
 
 @lru_cache(maxsize=16)
-def _state_dir_text(key: tuple[str | None, ...]) -> str:
-    """statefs.state_dir() as text, keyed by everything it reads (its env vars and the account's home):
-    building the Path costs more than the rest of the lookup."""
+def _state_dir_text(key: tuple[str | int | None, ...]) -> str:
+    """statefs.state_dir() as text, keyed by everything it reads (its env vars, the account's home, the
+    state dirs pinned in this process): building the Path costs more than the rest of the lookup."""
     del key
     return str(statefs.state_dir())
 

@@ -14,14 +14,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from engine import principals, statefs, unixsock
+from engine import principals, statefs
 from engine.protocol.daemonenv import daemon_env
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
     ErrorFrame,
     Event,
-    GatewayForeign,
     GatewayNotAnswering,
     GatewayUnavailable,
     ProtocolError,
@@ -36,6 +35,7 @@ from engine.protocol.frames import (
 )
 from engine.protocol.handshake import (
     dial_path,
+    foreign_server,
     gateway_secret,
     hello,
     identity,
@@ -138,7 +138,9 @@ class ControlClient:
         credential (`credential`, else $EXECHOST_AGENT_TOKEN / $EXECHOST_AGENT_TOKEN_FILE, else — on the
         operator's own account — `agent`'s file under the state dir), else `main`. With
         $EXECHOST_GATEWAY_SOCKET (the agents' socket) the peer's Unix account says who it is."""
-        state = state_dir or statefs.state_dir()
+        # Resolved once: the token read and the socket dialled are in one dir, whatever a link on the named
+        # way (another account's, in a sticky dir) is re-pointed to meanwhile (fresh round 17 c).
+        state = Path(os.path.realpath(state_dir or statefs.state_dir()))
         # The operator role is claimed only by the console and the operator's CLI verbs, never by agents.
         role, cred = identity(state, operator=operator, agent=agent, credential=credential)
         if shared_socket(operator):
@@ -181,14 +183,10 @@ class ControlClient:
         # gateway asks of its clients and of its session host; another account's socket at this path
         # (a state dir it may write) gets nothing. The agents' socket of another account's gateway is
         # that account's by design and takes no token.
-        if not shared_socket(bool(role)):
-            peer = unixsock.peer_info(writer.get_extra_info("socket"))
-            if peer is None or peer.uid not in (0, os.geteuid()):
-                writer.close()
-                raise GatewayForeign(
-                    f"{path} is served by uid {peer.uid if peer else '?'}, not by this account's gateway "
-                    f"(uid {os.geteuid()}): no token is sent to it. Check who may write {path.parent}"
-                )
+        foreign = foreign_server(writer.get_extra_info("socket"), path, operator=bool(role))
+        if foreign is not None:
+            writer.close()
+            raise foreign
         try:
             secret = gateway_secret(state, token, operator=bool(role))
         except GatewayUnavailable:

@@ -4,15 +4,17 @@ both present exactly the same proof (and neither imports the other's I/O stack).
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
-from engine import principals
+from engine import principals, unixsock
 from engine.errors import InvalidInput
 from engine.protocol.frames import (
     OPERATOR_TOKEN_NAME,
     PROTOCOL_VERSION,
     ErrorFrame,
     Frame,
+    GatewayForeign,
     GatewayUnavailable,
     Hello,
     RemoteError,
@@ -76,6 +78,24 @@ def dial_path(state: Path, *, operator: bool = False) -> Path:
     if len(os.fsencode(path)) > SUN_PATH_MAX:
         raise GatewayUnavailable(f"socket path too long ({len(os.fsencode(path))} bytes): {path}")
     return path
+
+
+def foreign_server(
+    sock: socket.socket | None, path: Path, *, operator: bool = False
+) -> GatewayForeign | None:
+    """Asked of the kernel before any token leaves, by both clients: the server is this account's (or
+    root's), as the gateway asks of its clients and of its session host; another account's socket at this
+    path (a state dir it may write, a link on the way it re-pointed) gets nothing. The agents' socket of
+    another account's gateway is that account's by design and takes no token."""
+    if shared_socket(operator):
+        return None
+    peer = unixsock.peer_info(sock)
+    if peer is not None and peer.uid in (0, os.geteuid()):
+        return None
+    return GatewayForeign(
+        f"{path} is served by uid {peer.uid if peer else '?'}, not by this account's gateway "
+        f"(uid {os.geteuid()}): no token is sent to it. Check who may write {path.parent}"
+    )
 
 
 def gateway_secret(state: Path, token: str | None, *, operator: bool = False) -> str:

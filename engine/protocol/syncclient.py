@@ -5,6 +5,7 @@ answers, the caller falls back to the asyncio client, which does."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,14 @@ from engine.protocol.frames import (
     decode_frame,
     encode_frame,
 )
-from engine.protocol.handshake import dial_path, gateway_secret, hello, identity, welcome_or_raise
+from engine.protocol.handshake import (
+    dial_path,
+    foreign_server,
+    gateway_secret,
+    hello,
+    identity,
+    welcome_or_raise,
+)
 from engine.protocol.requests import Message, method_and_params
 
 
@@ -53,7 +61,8 @@ class SyncClient:
     ) -> SyncClient:
         """Connect and handshake, presenting the same proof as ControlClient.connect; GatewayUnavailable
         when no gateway answers (the caller may start one)."""
-        state = state_dir or statefs.state_dir()
+        # Resolved once: the token read and the socket dialled are in one dir (as ControlClient.connect).
+        state = Path(os.path.realpath(state_dir or statefs.state_dir()))
         role, cred = identity(state, operator=operator, agent=agent, credential=credential)
         path = dial_path(state, operator=operator)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -64,6 +73,9 @@ class SyncClient:
                 raise GatewayNotRunning(f"no gateway is listening on {path} ({exc.strerror})") from None
             except OSError as exc:
                 raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+            foreign = foreign_server(sock, path, operator=operator)
+            if foreign is not None:
+                raise foreign
             secret = gateway_secret(state, None, operator=operator)
             self = cls(sock, 0, "")
             sock.settimeout(HANDSHAKE_TIMEOUT_S)

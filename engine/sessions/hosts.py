@@ -143,9 +143,6 @@ class SessionHosts:
                 return k
         return 0
 
-    def never_started(self, session_id: str) -> bool:
-        return all(host.never_started(session_id) for host in self.hosts)
-
     def open_file_limit_text(self, running: int) -> str:
         """Why a spawn failed with EMFILE with every host full."""
         limits = sorted({h.link.fd_limit for h in self.hosts if h.link is not None and h.link.fd_limit})

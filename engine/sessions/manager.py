@@ -505,12 +505,6 @@ class SessionManager:
         """A free session id, for a caller that must name the session before it starts."""
         return self.registry.new_id()
 
-    def never_started(self, session_id: str) -> bool:
-        """True only when this id's command certainly never ran here (its launcher keeps files that can
-        tell: holders). Unknown is False."""
-        check = getattr(self.launcher, "never_started", None)
-        return self.registry.get(session_id) is None and callable(check) and bool(check(session_id))
-
     def get(self, session_id: str, scope_key: str | None = None) -> Session | None:
         return self.registry.get(session_id, scope_key)
 

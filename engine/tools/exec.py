@@ -582,7 +582,7 @@ class ExecTool:
             }
             self.approvals.note_run(record, run, slot)
         await self.approvals.durable()
-        problem = self.approvals.durable_problem()
+        problem = self.approvals.durable_problem(record)
         if problem is not None:
             # The note did not reach the disk (a full disk: an agent's sandbox can fill it): started now, a
             # crash would leave "approved, never started" for the next gateway to run a second time. It

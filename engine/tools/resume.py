@@ -161,15 +161,14 @@ async def _resume(
 ) -> None:
     command = str(stored.get("command") or record.request.command)
     run = record.run if slot is None else slot.get("run")
-    if run is not None and run.get("status") != "starting":
-        return  # this requester's run is over (the ask stays on disk for another requester's)
     if run is not None:
-        if not _never_started(tool, record, ctx, command, run, slot):
-            return  # it ran (adopted) or may have: never a second copy
-        if slot is None:
-            record.run = None  # it never started: run it now, as approved
-        else:
-            slot["run"] = None
+        # A run noted on disk, `starting` included, is never started again (fresh round 17 c): once its
+        # note is on disk the command may have run, and whether it did is not something the files can
+        # be trusted to tell (its session's files are removed with it, its end may find no room on a
+        # full disk). A live session is adopted; anything else is reported, and the agent asks again.
+        if run.get("status") == "starting":
+            await _starting_again(tool, record, ctx, command, run, slot)
+        return  # this requester's run is over (the ask stays on disk for another requester's)
     if decision == "deny":
         text = f"Exec denied (gateway id={record.id}, user-denied): {command}"
         tool._emit(ctx, text + (f"\nReason: {record.reason}" if record.reason else ""))
@@ -190,24 +189,22 @@ async def _resume(
     await tool._detached(record, prepared, call, ctx)
 
 
-def _never_started(
+async def _starting_again(
     tool: ExecTool,
     record: ApprovalRecord,
     ctx: ExecContext,
     command: str,
     run: dict[str, Any],
     slot: dict[str, Any] | None,
-) -> bool:
-    """The run the last gateway was starting: True only when it certainly never started (a gateway-host
-    session whose holder files were never written), so running it now runs it once. Adopted, it is
-    linked to this approval; unknowable, it is reported and never run again."""
+) -> None:
+    """The run the last gateway was starting (its `starting` note the last word on disk): its session,
+    when this gateway adopted it, is linked to this approval; otherwise it is reported failed. Never run
+    again either way: `starting` on disk means "may have run", whatever else the disk holds or lacks."""
     sid = str(run.get("sessionId") or "")
+    if sid:
+        await tool.sessions.ready(sid)  # a kept session of this id is adopted first (or found gone)
     session = tool.sessions.get(sid) if sid else None
-    if session is not None and not session.is_run(run):
-        # Another session holds the id now (another agent's, perhaps): not this run, and whether this run
-        # started is unknown (`never_started` says no for an id held): reported, never run again.
-        session = None
-    if session is not None:
+    if session is not None and session.is_run(run):
         linked = {
             "sessionId": sid,
             **{k: run[k] for k in RUN_IDENTITY if k in run},
@@ -216,13 +213,15 @@ def _never_started(
             "tail": "",
         }
         tool.approvals.note_run(record, linked, slot)  # its end reaches the history as a linked session's
-        return False
-    if run.get("host") == "gateway" and sid and tool.sessions.never_started(sid):
-        return True
-    reason = "the gateway stopped while starting it; whether it ran is unknown, so it is not run again"
+        return
+    # (another session under the id, another agent's perhaps, is not this run: reported the same way)
+    reason = (
+        "the gateway stopped after recording its start, and its end was not recorded: whether it ran, or "
+        "how it ended, is unknown, so it is not run again (an approved command never runs twice); ask "
+        "again to run it"
+    )
     tool._emit(ctx, f"Exec failed (gateway id={record.id}): {reason}: {command}")
     tool.approvals.note_run(record, {**_denied(reason), "status": "failed", "sessionId": sid or None}, slot)
-    return False
 
 
 def _denied(reason: str) -> dict[str, Any]:

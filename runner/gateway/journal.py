@@ -41,11 +41,17 @@ class ApprovalJournal:
         # The asks that changed since the last batch; journaled (one line each) when the batch is taken.
         self._pending_dirty: dict[str, ApprovalRecord] = {}
         self._pending_ids: set[str] = set()  # asks the files hold as unsettled
-        self._pending_out: tuple[list[bytes], bytes | None] = ([], None)  # (journal lines, new snapshot)
+        # Asks a run's outcome settled, held back until that outcome's history line is on disk (record)
+        self._after_history: dict[str, ApprovalRecord] = {}
+        self._settling: set[asyncio.Task[None]] = set()
+        # (journal lines, new snapshot, the asks they hold)
+        self._pending_out: tuple[list[bytes], bytes | None, set[str]] = ([], None, set())
+        # Asks whose latest state a failed write held, and why: not on disk until a later write holds them.
+        self._unsaved: dict[str, str] = {}
         self.pending_writer = GroupWriter("pending approvals", self._write_pending, latest_only=True)
         approvals.barrier = self.pending_writer.barrier
         approvals.decided_barrier = self.decided_barrier
-        approvals.durable_problem = lambda: self.pending_file.problem
+        approvals.durable_problem = lambda record: self._unsaved.get(record.id)
 
     def start(self) -> None:
         """After the kept asks were restored: the files hold exactly the asks now known."""
@@ -53,14 +59,38 @@ class ApprovalJournal:
         self._pending_ids = {r.id for r in self.approvals.unsettled_records()}
 
     async def flush(self) -> None:
-        """Nothing queued for disk is left behind."""
-        await asyncio.gather(self.history_writer.barrier(), self.pending_writer.barrier())
+        """Nothing queued for disk is left behind (the history first: what it releases to the journal
+        is queued there before the journal's barrier is taken)."""
+        await self.history_writer.barrier()
+        await self.pending_writer.barrier()
 
     def record(self, kind: str, record: ApprovalRecord) -> None:
-        """An approval changed (`requested|updated|resolved|ran`): queue its lines."""
+        """An approval changed (`requested|updated|resolved|ran`): queue its lines. A run's outcome that
+        settles the ask reaches the journal only once its history line is on disk: the journal's line
+        drops the ask, and a crash between the two would leave the history saying `starting` for good
+        (a restart restores the ask, and reports it again, while the journal still holds it)."""
         self._write_history(kind, record)
+        if kind == "ran" and record.id in self._pending_ids and not unsettled(record):
+            if record.id in self._after_history:
+                return
+            try:
+                task = asyncio.get_running_loop().create_task(self._settle_after_history(record.id))
+            except RuntimeError:  # no loop (a sync caller): the history's line was written at once
+                pass
+            else:
+                self._after_history[record.id] = record
+                self._settling.add(task)
+                task.add_done_callback(self._settling.discard)
+                return
         self._pending_dirty[record.id] = record
         self.pending_writer.put(self._pending_batch)
+
+    async def _settle_after_history(self, approval_id: str) -> None:
+        await self.history_writer.barrier()
+        record = self._after_history.pop(approval_id, None)
+        if record is not None:
+            self._pending_dirty[approval_id] = record
+            self.pending_writer.put(self._pending_batch)
 
     def session_ended(self, session: Session) -> None:
         """A session exited: when an approval led to it, history shows how that run really ended. The
@@ -130,28 +160,43 @@ class ApprovalJournal:
         """On the loop, as a batch is taken: the journal lines of the asks that changed (their state
         now), or the whole snapshot when the journal has outgrown it. b"": nothing to write, no hop."""
         lines = []
+        held: set[str] = set()
         for record in self._pending_dirty.values():
+            if record.id in self._after_history:
+                continue  # settled by its run's outcome: written once the history holds that outcome
             if unsettled(record):
                 lines.append(self.pending_file.entry(record))
                 self._pending_ids.add(record.id)
+                held.add(record.id)
             elif record.id in self._pending_ids:  # settled: the files stop holding it
                 lines.append(self.pending_file.entry(record))
                 self._pending_ids.discard(record.id)
+                held.add(record.id)
         self._pending_dirty.clear()
         snapshot = None
         if lines and self.pending_file.wants_compaction():
             unsettled_now = self.approvals.unsettled_records()
             snapshot = self.pending_file.encode(unsettled_now)
             self._pending_ids = {r.id for r in unsettled_now}
-        self._pending_out = (lines, snapshot)
+            held |= self._pending_ids
+        self._pending_out = (lines, snapshot, held)
         return snapshot or b"\n".join(lines)
 
     def _write_pending(self, batch: list[bytes]) -> None:
-        lines, snapshot = self._pending_out
+        """In the writer's thread (one batch at a time): the batch, then which asks it left unsaved."""
+        lines, snapshot, held = self._pending_out
         if snapshot is not None:
             self.pending_file.write(snapshot, before=lines)
         elif lines:
             self.pending_file.append(lines)
+        problem = self.pending_file.problem  # set by this write when it failed, cleared when it succeeded
+        if snapshot is not None and problem is None:
+            self._unsaved.clear()  # the snapshot holds every ask as it is now (settled ones: gone)
+        for ask in held:
+            if problem is None:
+                self._unsaved.pop(ask, None)
+            else:
+                self._unsaved[ask] = problem
 
     def _linked_sessions(self) -> dict[str, tuple[str, str | None]]:
         if self._history_sessions is None:

@@ -75,7 +75,11 @@ class GatewayServer:
         handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
         approval_timeout_ms: int | None = None,
     ) -> None:
-        self.state_dir = state_dir or statefs.state_dir()
+        # Resolved once, and used as resolved from here on (in this process, whoever asks state_dir()):
+        # a link on the named way, another account's in a sticky dir, may be re-pointed while the gateway
+        # runs; its tokens, helpers and config stay in the dir judged at start (fresh round 17 c).
+        self._named_state_dir: Path | None = state_dir or statefs.state_dir()
+        self.state_dir = statefs.pin_state_dir(self._named_state_dir)
         self.socket_path = socket_path(self.state_dir)
         self.handshake_timeout = handshake_timeout
         self.services = Services(
@@ -153,6 +157,7 @@ class GatewayServer:
             # A start that failed (a refused state dir, a held lock) leaves nothing process-wide behind: the
             # sandbox manager serves every gateway of this process, and its session host was this one's.
             self.services.release_holders()
+            self._unpin()
             raise
 
     async def _start(self) -> None:
@@ -162,7 +167,7 @@ class GatewayServer:
         # Trusted only when made now or recorded by a gateway of this account (a host run may have planted
         # it, tokens and all: fresh round 15 b), and recorded before anything is written in it: every
         # other gateway of this account covers it in its host views (fresh round 14 c).
-        gatewaydirs.adopt(hostoutside.home_dir(), str(self.state_dir))
+        gatewaydirs.adopt(hostoutside.home_dir(), str(self.state_dir), resolved=True)
         statefs.ensure_private_dir(self.state_dir)
         if len(os.fsencode(self.socket_path)) > unixsock.SUN_PATH_MAX:
             raise GatewayBusy(f"socket path too long (> {unixsock.SUN_PATH_MAX} bytes): {self.socket_path}")
@@ -305,7 +310,14 @@ class GatewayServer:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 2.0)
         self._release_lock()
+        self._unpin()
         self._stopped.set()
+
+    def _unpin(self) -> None:
+        """Once: this gateway no longer holds its state dir's resolved path for the process."""
+        named, self._named_state_dir = self._named_state_dir, None
+        if named is not None:
+            statefs.unpin_state_dir(named)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -777,6 +789,8 @@ async def run_gateway(
     """Serve until SIGTERM/SIGINT or a `shutdown` request; then stop gracefully."""
     statefs.settle_umask()  # before anything it starts inherits the umask of whoever started it
     server = GatewayServer(state_dir, config_path=config_path)
+    # what it starts (its session host, helpers) names the dir it judged, not a path through a link
+    os.environ["OPENCLAW_STATE_DIR"] = str(server.state_dir)
     server.services.hold_sessions()  # the daemon's sessions outlive it (engine.sessions.host)
     await server.start()
     loop = asyncio.get_running_loop()

@@ -74,7 +74,7 @@ class NodeServer:
         self.service = service
         # every host view of this account covers this node's state dir, as a gateway's (fresh round 15 b)
         # (trusted only when made now or recorded: a host run may have planted it, keys and all)
-        gatewaydirs.adopt(hostoutside.home_dir(), str(state_dir))
+        gatewaydirs.adopt(hostoutside.home_dir(), str(state_dir), resolved=True)
         self.identity = load_or_create(state_dir)
         self.runs = RunLedger()  # the gateway's runs received here: asked about after a dropped link
         # This process (event numbers count within it; the runs it knows are the ones it received).
@@ -469,7 +469,7 @@ async def serve_stdio(notes: list[str] | None = None) -> int:
         print(f"exechost node: {refused}", file=sys.stderr)
         return 1
     statefs.settle_umask()  # as the gateway's: sshd's or the login's, never looser than 022
-    state = statefs.ensure_private_dir(statefs.state_dir())
+    state = statefs.ensure_private_dir(daemonproc.pinned_state_dir())
     relayed = await relay_to_service(state, reader, writer)
     if relayed is not None:
         return relayed  # a `node run` service answered: its sessions outlive this link

@@ -143,7 +143,7 @@ async def run_service(notes: list[str] | None = None) -> int:
         print(f"exechost node run: {refused}", file=sys.stderr)
         return 1
     statefs.settle_umask()
-    state = statefs.ensure_private_dir(statefs.state_dir())
+    state = statefs.ensure_private_dir(daemonproc.pinned_state_dir())
     service = NodeService(state)
     loop = asyncio.get_running_loop()
     # Before the socket answers: a SIGTERM right after it does is a graceful stop, not a default death.

@@ -46,13 +46,6 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="another account needs
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: judge() resolves links and judges only the real state dir, but the gateway keeps using "
-    "the path as named; another account that owns a link on the way (in a sticky dir) re-points it while "
-    "the gateway runs, and from then on the gateway reads its tokens (and helpers, config) in that "
-    "account's dir: the operator's own connection is refused at its next request.",
-)
 async def test_a_link_on_the_state_dirs_way_owned_by_another_account_is_repointed_after_adoption(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -156,13 +149,6 @@ async def test_class7_an_approved_run_that_fills_the_disk_and_is_removed_never_r
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a foreground approved run's end is journaled with no room checked: an agent whose run "
-    "fills the state dir's filesystem (a hostWritable dir on it) and files a long ask meanwhile (its "
-    "torn append fills the journal's last page) leaves the journal saying `starting`; the next gateway "
-    "starts the allow-once command a second time.",
-)
 async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_again(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

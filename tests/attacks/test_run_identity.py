@@ -12,7 +12,7 @@ from engine.approvals.history import DecisionLog
 from engine.approvals.pending import ApprovalManager, ApprovalRequest
 from engine.sessions import RunSpec, SessionManager
 from engine.tools.exec import ExecContext
-from engine.tools.resume import _never_started
+from engine.tools.resume import _starting_again
 from runner.gateway.handlers.approvals import current_run
 from runner.gateway.journal import ApprovalJournal
 from runner.gateway.node_sessions import NodeSessions
@@ -131,11 +131,11 @@ async def test_a_restored_run_is_not_linked_to_another_session_under_its_id(stat
         record, _ = approvals.register(ApprovalRequest(command="true", cwd="/tmp", agent_id="ops"))
         theirs = await _running(manager, OPS)
         run = {"sessionId": SID, "instance": "0123456789ab", "scopeKey": OPS, "status": "starting"}
-        assert not _never_started(tool, record, ctx, "true", {**run, "host": "gateway"}, None)  # type: ignore[arg-type]
+        await _starting_again(tool, record, ctx, "true", {**run, "host": "gateway"}, None)  # type: ignore[arg-type]
         assert record.run is not None and record.run["status"] == "failed", record.run  # not `running`
         assert emitted and "unknown" in emitted[0]
         mine = {**run, "instance": theirs.instance}  # the run's own session (adopted, say)
-        assert not _never_started(tool, record, ctx, "true", mine, None)  # type: ignore[arg-type]
+        await _starting_again(tool, record, ctx, "true", mine, None)  # type: ignore[arg-type]
         assert record.run["status"] == "running" and record.run["instance"] == theirs.instance
     finally:
         await manager.close()

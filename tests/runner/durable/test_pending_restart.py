@@ -155,9 +155,12 @@ async def test_an_approved_foreground_run_is_not_run_again_after_a_crash(state_d
         assert log.read_text() == "run\n"
 
 
-async def test_an_approved_run_that_never_started_runs_once_after_the_crash(state_dir: Path) -> None:
+async def test_an_approved_run_said_to_be_starting_is_reported_never_started_again(state_dir: Path) -> None:
     """The other side of the same window: approved, said to be starting as a session no holder ever
-    started (the gateway died first). The approval must still run, once."""
+    started (the gateway died first, or the run's files were removed with it since: the disk cannot tell
+    which). `starting` on disk means "may have run": the next gateway reports it failed and never starts
+    it (fresh round 17 c: an approved command never runs twice, whatever the disk lacks); the agent asks
+    again."""
     write_config(state_dir, ALLOWLIST)
     work = state_dir.parent / "w"
     work.mkdir()
@@ -172,11 +175,14 @@ async def test_an_approved_run_that_never_started_runs_once_after_the_crash(stat
         ask["run"] = {"sessionId": "never-spawned", "status": "starting", "host": "gateway"}
         path.write_text(json.dumps(data))
         daemon.start()
-        await wait_until(lambda: log.exists(), timeout=30)
-        time.sleep(0.5)
-        assert log.read_text() == "run\n"
-        rows = json.loads(cli(state_dir, "approvals", "history", "--json").stdout)["details"]["approvals"]
-        assert [r["run"]["status"] for r in rows if r["id"] == asked["approvalId"]] != ["starting"]
+
+        async def failed() -> list[str]:
+            return [t for t in await _events(state_dir, "k6") if t.startswith("Exec failed")]
+
+        texts = await wait_until(failed, timeout=30)
+        assert f"gateway id={asked['approvalId']}" in texts[0] and "not run again" in texts[0], texts
+        await wait_until(lambda: stored_asks(state_dir) == [], timeout=30)  # settled: never asked again
+        assert not log.exists(), "a run said to be starting was started by the next gateway"
 
 
 async def test_every_session_coalesced_into_an_ask_gets_its_run_after_a_crash(
