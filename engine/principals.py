@@ -108,6 +108,19 @@ def operator_scope(scope: str) -> str:
     return f"{OPERATOR_SCOPE}:{scope}"
 
 
+def main_session(agent_id: str, key: str) -> bool:
+    """Whether `key` names the agent's main session, in any of its spellings ("", `main`,
+    `agent:<id>:main`; case-insensitively, one rule whatever the caller: issue 13)."""
+    return key.strip().lower() in ("", "main", f"agent:{agent_id}:main".lower())
+
+
+def canonical_session(agent_id: str, key: str) -> str:
+    """One spelling per session: any spelling of the main session is `agent:<id>:main`, so what is kept
+    under it (the operator's `/exec` lockdown) is found by every spelling that runs as it (fresh round 17 b:
+    `MAIN` ran on the host as main, under none of `agent:main:main`'s overrides)."""
+    return f"agent:{agent_id}:main" if main_session(agent_id, key) else key
+
+
 def own_key(agent: str, key: str) -> str:
     """The scope a non-operator caller's `sessionKey` names: its own key unchanged, anything else moved
     into its own namespace (agent main's plain `s1` is `agent:main:s1`). A guessed `agent:victim:…` thus

@@ -15,6 +15,7 @@ from engine.modes import (
     normalize_host,
     normalize_security,
 )
+from engine.principals import canonical_session
 from engine.results import ToolError
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def overrides_for(
     """What applies to one call: `/exec` set on `agent:<id>` covers every call of that agent (CLI and
     MCP calls without a session too); a session's own override wins field by field."""
     agent_wide = table.get(f"agent:{agent_id}")
+    session_key = canonical_session(agent_id, session_key)  # (every spelling of main is main's)
     own = table.get(session_key) if session_key and session_key != f"agent:{agent_id}" else None
     if own is None:
         return agent_wide

@@ -22,6 +22,7 @@ from engine.config.schema import (
     DEFAULT_ULIMITS,
     DEFAULT_WORKDIR,
 )
+from engine.principals import main_session
 from engine.sandbox.supervisor import SCRIPTS
 
 # The scripts baked into a running container: a change means a cold container gets recreated.
@@ -236,7 +237,7 @@ def is_sandboxed(mode: str, agent_id: str, session_key: str) -> bool:
     if mode == "all":
         return True
     if mode == "non-main":
-        return session_key.strip().lower() not in {k.lower() for k in main_session_keys(agent_id)}
+        return not main_session(agent_id, session_key)
     return False
 
 

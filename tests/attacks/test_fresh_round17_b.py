@@ -517,13 +517,6 @@ NON_MAIN = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `sandbox.mode = non-main` tells the main session by several spellings, case-folded "
-    '(is_sandboxed: "", `main`, `agent:<id>:main`, any case), while session overrides are looked up by '
-    "the exact key: `MAIN` (or no session key at all) is main for the sandbox and under none of "
-    "`agent:main:main`'s overrides, so it runs on the host after the operator locked the main session",
-)
 async def test_class5_a_case_variant_of_the_main_session_runs_on_the_host_past_its_lockdown(
     state_dir: Path,
 ) -> None:

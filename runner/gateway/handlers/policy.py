@@ -10,7 +10,7 @@ from engine import fairpool
 from engine.errors import ExecHostError, InvalidInput
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
-from engine.principals import key_owner, owns_key
+from engine.principals import canonical_session, key_owner, owns_key
 from engine.protocol.requests import PolicyAgents, PolicyCheck, PolicyOverride, PolicyOverrides
 from engine.statefs import StateFileError
 from engine.tools.decide import decide
@@ -60,6 +60,7 @@ async def override(services: Services, conn: Connection, req: PolicyOverride) ->
         raise InvalidInput("sessionKey is required")
     directive = req.directive
     agent = agent_id(conn, req.agent_id)
+    key = canonical_session(agent, key)  # what every spelling of main looks up (precedence)
     config = services.config()
     current = services.overrides.get(key, SessionOverrides())
     updated, reply = apply_directive(
