@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web as aiohttp_web
 
-from engine import fairpool, principals
+from console import socket_asks
+from console import web as web_console
+from engine import fairpool, principals, statefs
+from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
+from engine.approvals.socket.wire import request_decision
+from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
+from tests.helpers.hostile_node import Hostile, ask
+from tests.helpers.sshd import SshdNode
 
 pytestmark = pytest.mark.asyncio
 
@@ -56,7 +67,15 @@ async def test_class3_an_agents_waiting_polls_pin_24x_their_budget_in_decoded_pa
                 for client in (agent, *more)
                 for _ in range(3)
             ]
-            await wait_until(lambda: server._intake.requests.get("main", 0) >= 15, timeout=60)
+            # all read and waiting, or the agent's budget says no more may be read (a budget that counts
+            # what a request holds stops earlier)
+            await wait_until(
+                lambda: (
+                    server._intake.requests.get("main", 0) >= 15
+                    or any(c.intake_full for c in server.connections)
+                ),
+                timeout=60,
+            )
             held = _rss() - base
             await operator.request("process", {"action": "kill", "sessionId": sid})
             for poll in polls:
@@ -209,30 +228,32 @@ async def test_class5_a_non_utf8_path_in_a_decided_ask_breaks_the_operators_hist
 
 
 async def test_class2_agent_main_reads_the_operators_run_output_through_a_joined_ask(state_dir: Path) -> None:
-    """The operator keeps a note in its own /tmp (its own places, never main's: fresh round 15 b) and
-    runs `cat /tmp/op-note` naming no agent (main's policy: it asks). Agent main sends the identical call
-    (same command and workdir): it joins the ask as a second requester, shown to the operator as main's.
-    The operator approves once: `cat` of main's own /tmp is harmless to main. Each requester's run reads
-    its own /tmp; main then asks `approvals.status` of the id its call was answered with."""
+    """The operator keeps a note in its own /tmp (its own places, never main's: fresh round 15 b; here
+    the private dir's stand-in) and runs `cat` of it naming no agent (main's policy: it asks). Agent main
+    sends the identical call (same command and workdir): it joins the ask as a second requester, shown to
+    the operator as main's. The operator approves once: `cat` of main's own /tmp is harmless to main.
+    Each requester's run reads its own /tmp (main's has no note); main then asks `approvals.status` of the
+    id its call was answered with."""
     write_config(state_dir, ALLOWLIST)
     home = str(state_dir.parent / "h")
+    # the private dir (the test's stand-in for /tmp: tests/conftest.py), a copy of its own per principal
+    note = os.path.join(os.environ["EXECHOST_HOST_PRIVATE"], "op-note")
     async with gateway(state_dir):
         operator = await connect(state_dir)
         main = await connect(state_dir, operator=False)
         try:
-            made = await operator.request(
-                "exec", {"command": "printf OPSECRET > /tmp/op-note", "workdir": home}
-            )
+            made = await operator.request("exec", {"command": f"printf OPSECRET > {note}", "workdir": home})
             await operator.request("approve", {"id": made["details"]["approvalId"], "decision": "allow-once"})
             await wait_until(lambda: _ran(operator, made["details"]["approvalId"]))
-            own = await operator.request("exec", {"command": "cat /tmp/op-note", "workdir": home})
-            joined = await main.request("exec", {"command": "cat /tmp/op-note", "workdir": home})
+            own = await operator.request("exec", {"command": f"cat {note}", "workdir": home})
+            joined = await main.request("exec", {"command": f"cat {note}", "workdir": home})
             ask = str(own["details"]["approvalId"])
             assert joined["details"]["approvalId"] == ask, (own, joined)
             await operator.request("approve", {"id": ask, "decision": "allow-once"})
             await wait_until(lambda: _ran(operator, ask))
-            seen = await main.request("approvals.status", {"approvalId": ask})
-            assert "OPSECRET" not in str(seen), seen
+            for params in ({"approvalId": ask}, {"approvalId": ask, "sessionKey": ""}):
+                seen = await main.request("approvals.status", params)
+                assert "OPSECRET" not in str(seen), (params, seen["details"].get("run"))
         finally:
             for client in (main, operator):
                 await client.close()
@@ -292,6 +313,9 @@ async def test_class1_a_credential_re_minted_on_disk_keeps_its_live_connection(s
             principals.mint(state_dir, "ops")  # the new credential: the leaked one is no longer ops's
             server.look_at_files()  # the watch's look (server._watch_files), now
             await wait_until(lambda: not server._rechecks)
+            # and the watch's own next looks (every second): the leaked connection is cut, or never is
+            with contextlib.suppress(AssertionError):
+                await wait_until(lambda: attacker.close_reason is not None, timeout=3)
             try:
                 after = await attacker.request("exec", {"command": "echo after-the-rotation"})
                 ran = "after-the-rotation" in after["text"]
@@ -304,7 +328,7 @@ async def test_class1_a_credential_re_minted_on_disk_keeps_its_live_connection(s
 
 async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(state_dir: Path) -> None:
     """Agent main sends, on four connections, a command whose glob the decision expands in its view over a
-    tree of links to itself (`d/*/*/*/*/*/*/*/zzz`: ten million lookups, cut at the expansion's 5 s). The
+    tree of links to itself (`d/*/*/*/*/*/*/*/*/zzz`: 10^8 lookups, cut at the expansion's 5 s). The
     pool runs one call of a principal at a time, and the other worker is free for every other principal.
     The operator then runs `ls /` of its own: it must be decided at once, not after main's queue."""
     write_config(state_dir, ALLOWLIST)
@@ -317,7 +341,7 @@ async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(sta
         mains = [await connect(state_dir, operator=False) for _ in range(4)]
         operator = await connect(state_dir)
         try:
-            slow = {"command": "ls d/*/*/*/*/*/*/*/zzz", "workdir": str(work)}
+            slow = {"command": "ls d/*/*/*/*/*/*/*/*/zzz", "workdir": str(work)}
             theirs = [asyncio.ensure_future(client.request("exec", slow)) for client in mains]
             await wait_until(lambda: fairpool.decisions.waiting("main") >= 3, timeout=30)
             mine = await operator.request("exec", {"command": "ls /", "workdir": str(work)})
@@ -328,3 +352,251 @@ async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(sta
         finally:
             for client in (*mains, operator):
                 await client.close()
+
+
+GATEWAY_NODE = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's approval.request is cut field by field, but the decoded frame stays alive while "
+    "its ask waits (relay_approval holds `params` across `manager.wait`): a 4 MiB frame of `[{},…]` in a "
+    "field the gateway never reads pins ~100 MB per waiting ask, 8 per run, 64 per node",
+)
+async def test_class3_a_compromised_nodes_waiting_ask_pins_its_whole_decoded_frame(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Agent main runs `ls` on node alpha, which is compromised. It asks once for that run (a run it was
+    given: the ask is filed and waits for the operator), carrying a 4 MiB list of empty objects in a field
+    no one reads. What the gateway keeps for the waiting ask must be the ask's own cut fields."""
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(GATEWAY_NODE + config)
+    hostile = Hostile(sshd_nodes[0], state_dir)
+    pad = [{} for _ in range(1_400_000)]  # ~4.2 MB of JSON
+    async with gateway(state_dir) as server:
+        main = await connect(state_dir, operator=False)
+        try:
+            running = asyncio.ensure_future(main.request("exec", {"command": "ls", "node": "alpha"}))
+            run = await hostile.next_run()
+            frame = ask("r1", str(run["params"]["runId"]), pad=pad)
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                await hostile.inject(frame)
+                await wait_until(lambda: server.services.approvals.pending(), timeout=60)
+                held = tracemalloc.get_traced_memory()[0] - base
+            finally:
+                tracemalloc.stop()
+            running.cancel()
+            assert held < 16 * MiB, f"the waiting ask holds {held / MiB:.0f} MiB"
+        finally:
+            await main.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a socket ask is relayed with the gateway token's proof (`anonymous>main@<gateway token "
+    "id>`), never the exec-approvals.sock token that made it: replacing a leaked socket token shuts it out "
+    "at the next frame, but its asks already relayed stay approvable, and an allow-always saves main's entry",
+)
+async def test_class1_a_replaced_socket_tokens_relayed_ask_still_saves_main_an_allow_always(
+    state_dir: Path,
+) -> None:
+    """exec-approvals.sock's token leaked; its holder asks for `cat /etc/hostname` on the socket, and the
+    console relays the ask to the gateway (as `socket_decider` does). The operator replaces the token in
+    exec-approvals.json (the leaked holder's next frame is refused), then, later, answers the waiting ask
+    allow-always. Nothing the replaced token asked may still be saved for main."""
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    store.ensure()
+    path, leaked = store.socket_info()
+    async with gateway(state_dir) as server:
+        console = await connect(state_dir)
+
+        async def decider(prompt: PromptRequest) -> str:  # console/app.py socket_decider, gateway up
+            answer = await console.request(socket_asks.relay_params(prompt))
+            return str(answer.get("decision") or "deny")
+
+        sock = ApprovalSocketServer(
+            path, store.socket_token_now, decider=decider, config_path=state_dir / "config.toml"
+        )
+        await sock.start()
+        try:
+            body = {"command": "cat /etc/hostname", "cwd": "/"}
+            asking = asyncio.ensure_future(request_decision(path, leaked, body, timeout=120))
+            await wait_until(lambda: server.services.approvals.pending())
+            raw = json.loads((state_dir / "exec-approvals.json").read_text())
+            raw["socket"]["token"] = "replaced-" + "x" * 40
+            statefs.atomic_write(state_dir / "exec-approvals.json", json.dumps(raw))
+            refused = await request_decision(path, leaked, {"command": "true", "cwd": "/"}, timeout=30)
+            assert refused in (None, "deny")
+            with contextlib.suppress(AssertionError):  # a replaced token's asks may be settled meanwhile
+                await wait_until(lambda: not server.services.approvals.pending(), timeout=2)
+            waiting = server.services.approvals.pending()
+            if waiting:
+                await console.request("approve", {"id": waiting[0].id, "decision": "allow-always"})
+            await asyncio.wait_for(asking, 60)
+            saved = [e.pattern for e in ApprovalsStore(state_dir / "exec-approvals.json").entries("main")]
+            assert not any("cat" in p for p in saved), saved
+        finally:
+            await sock.close()
+            await console.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the approvals file maps the legacy agent id `default` to `main` (normalize_agent_id), "
+    "but `default` is a valid agent name the config lists like any other: agent default's allow-always "
+    "is saved as main's, and main then runs that command unasked (and default reads main's entries)",
+)
+async def test_class2_an_agent_named_default_shares_agent_mains_allowlist(state_dir: Path) -> None:
+    """The operator lists an agent `default` (its own credential, the global policy: allowlist, asks on a
+    miss). It asks for `cat /etc/hostname`; the operator approves it always, for agent default. Agent main
+    (the gateway token alone) then runs the same command: it must still ask."""
+    write_config(state_dir, ALLOWLIST + listed("default"))
+    token = principals.mint(state_dir, "default")
+    async with gateway(state_dir) as server:
+        default = await connect(state_dir, operator=False, credential=token)
+        main = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            asked = await default.request("exec", {"command": "cat /etc/hostname"})
+            assert asked["details"]["status"] == "approval-pending", asked
+            await operator.request(
+                "approve", {"id": asked["details"]["approvalId"], "decision": "allow-always"}
+            )
+            await wait_until(lambda: not server.services.approvals.pending())
+            await wait_until(lambda: ApprovalsStore(state_dir / "exec-approvals.json").load().agents)
+            theirs = await main.request("exec", {"command": "cat /etc/hostname"})
+            assert theirs["details"]["status"] == "approval-pending", (
+                theirs["details"]["status"],
+                theirs["text"],
+            )
+        finally:
+            for client in (default, main, operator):
+                await client.close()
+
+
+NON_MAIN = (
+    '[tools.exec]\nsecurity = "full"\nask = "off"\n\n'
+    '[agents.defaults.sandbox]\nmode = "non-main"\nbackend = "bwrap"\n'
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `sandbox.mode = non-main` tells the main session by several spellings, case-folded "
+    '(is_sandboxed: "", `main`, `agent:<id>:main`, any case), while session overrides are looked up by '
+    "the exact key: `MAIN` (or no session key at all) is main for the sandbox and under none of "
+    "`agent:main:main`'s overrides, so it runs on the host after the operator locked the main session",
+)
+async def test_class5_a_case_variant_of_the_main_session_runs_on_the_host_past_its_lockdown(
+    state_dir: Path,
+) -> None:
+    """Only the agent's main session runs on the host (`non-main`: every other session in a bwrap
+    sandbox). The operator locks that session down (`/exec security=deny` on `agent:main:main`). Agent
+    main then sends its command with the session key `MAIN`: it must run in a sandbox (a session of its
+    own, not the main one) or be refused as the main one is, never on the host."""
+    write_config(state_dir, NON_MAIN)
+    home = state_dir.parent / "h"
+    probe = f"test -d {home} && echo ON-HOST || echo IN-SANDBOX"
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            await operator.request(
+                "policy.override", {"directive": "/exec security=deny", "sessionKey": "agent:main:main"}
+            )
+            with pytest.raises(RemoteError, match="security=deny"):
+                await main.request("exec", {"command": probe, "sessionKey": "main"})
+            other = await main.request("exec", {"command": probe, "sessionKey": "s2"})
+            assert "IN-SANDBOX" in other["text"], other  # any other session: the sandbox
+            try:
+                variant = await main.request("exec", {"command": probe, "sessionKey": "MAIN"})
+                text = variant["text"]
+            except RemoteError as exc:
+                text = str(exc)
+            assert "ON-HOST" not in text, text
+        finally:
+            for client in (main, operator):
+                await client.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's hello is kept for its link's life (`NodeLink.hello`) with `caps` and `pathEnv` "
+    "uncut: `caps` is `[str(c) for c in …]`, so a 4 MiB list of `{}` becomes 1.4 million strings (~80 MB "
+    "per link, 16 MiB frames allowed), where every other field a node sends is cut to a size",
+)
+async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Node alpha is compromised: its hello lists 1.4 million capabilities (`{}` each). The gateway keeps
+    what it needs of a hello (its id, its name, the capabilities it knows) for as long as the link is up:
+    it must not keep megabytes of the node's words."""
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(GATEWAY_NODE + config)
+    hostile = Hostile(sshd_nodes[0], state_dir)
+    hello = json.loads((sshd_nodes[0].root / "hello.json").read_text())
+    hello["caps"] = [*hello["caps"], *({} for _ in range(1_400_000))]
+    (sshd_nodes[0].root / "hello.json").write_text(json.dumps(hello))
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        try:
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                running = asyncio.ensure_future(main.request("exec", {"command": "ls", "node": "alpha"}))
+                await hostile.next_run()  # the link is up: its hello was read and kept
+                held = tracemalloc.get_traced_memory()[0] - base
+            finally:
+                tracemalloc.stop()
+            running.cancel()
+            assert held < 16 * MiB, f"the link keeps {held / MiB:.0f} MiB of the node's hello"
+        finally:
+            await main.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the web console's access log prints `/static/<filename>` as the request named it, "
+    "percent-decoded: any local account that can reach the loopback port writes ESC and BEL sequences "
+    "(an OSC title, a screen clear, a title report that types into the shell) into the operator's terminal",
+)
+async def test_class1_a_local_peer_writes_escapes_into_the_operators_terminal_through_the_access_log() -> (
+    None
+):
+    """`exechost console --web` logs one line per request on its stderr: the operator's terminal. Another
+    Unix account on the machine (an agent's own account in the strong setup: the port is on the host's
+    loopback) needs no key to ask for a public file; its path names one that does not exist, spelled with
+    escape sequences. Nothing that reaches the operator's terminal may hold a control character."""
+    lines: list[str] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    port = web_console.free_port()
+    server = web_console.GuardedServer("true", port)
+    runner = aiohttp_web.AppRunner(await server._make_app(), access_log_class=web_console.RouteAccessLog)
+    access = logging.getLogger("aiohttp.access")
+    kept, level = Kept(), access.level
+    access.addHandler(kept)
+    access.setLevel(logging.INFO)
+    await runner.setup()
+    site = aiohttp_web.TCPSite(runner, web_console.HOST, port)
+    await site.start()
+    try:
+        reader, writer = await asyncio.open_connection(web_console.HOST, port)
+        head = f"GET /static/%1b%5d0%3bPWNED%07%1b%5b2J HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        writer.write((head + "Connection: close\r\n\r\n").encode())
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 404"), answer[:80]
+        await wait_until(lambda: lines)
+        assert not any(ch in line for line in lines for ch in "\x1b\x07"), lines
+    finally:
+        await runner.cleanup()
+        access.removeHandler(kept)
+        access.setLevel(level)

@@ -9,6 +9,7 @@ import contextlib
 import os
 import shlex
 import socket
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,15 +17,18 @@ from typing import Any
 
 import pytest
 
-from engine import unixsock
+from engine import principals, unixsock
 from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
+from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
+from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.pending import stored_asks
 
 NOBODY = 65534
+PAGE = os.sysconf("SC_PAGE_SIZE")  # what a tmpfs gives a file at a time
 
 
 def as_nobody(script: str) -> None:
@@ -125,7 +129,7 @@ async def test_class7_an_approved_run_that_fills_the_disk_and_is_removed_never_r
                 await operator.request("approve", {"id": aid, "decision": "allow-once"})
                 await wait_until(lambda: os.statvfs(fs).f_bavail == 0 and count.exists(), timeout=20)
                 with contextlib.suppress(Exception):  # its answer does not matter, its journal line does
-                    await agent.request("exec", {"command": "echo " + "x" * 6000, "workdir": str(work)})
+                    await agent.request("exec", {"command": "echo " + "x" * (2 * PAGE), "workdir": str(work)})
                 with open(gate, "w") as g:  # the approved run ends now
                     g.write("done\n")
 
@@ -200,10 +204,10 @@ async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_aga
                 await wait_until(lambda: os.statvfs(fs).f_bavail == 0 and any(runs.iterdir()), timeout=20)
                 before = journal.stat().st_size
                 # a long ask: its journal line fills the journal's last page, and its append fails
-                long = {"command": "echo " + "x" * 6000, "workdir": str(cwd)}
+                long = {"command": "echo " + "x" * (2 * PAGE), "workdir": str(cwd)}
                 waiting.append(asyncio.ensure_future(other.request("exec", long)))
                 await wait_until(
-                    lambda: journal.stat().st_size > before and journal.stat().st_size % 4096 == 0
+                    lambda: journal.stat().st_size > before and journal.stat().st_size % PAGE == 0
                 )
                 await server.services.journal.flush()  # what B's ask queued is written (or failed)
                 top_up(fill)  # whatever a failed write gave back meanwhile is the agent's file's again
@@ -243,7 +247,7 @@ def top_up(path: Path) -> None:
     """Append to `path` until its filesystem is full."""
     with contextlib.suppress(OSError), open(path, "ab", buffering=0) as f:
         while True:
-            f.write(b"\0" * 4096)
+            f.write(b"\0" * PAGE)
 
 
 async def _pending(operator: Any) -> list[dict[str, Any]]:
@@ -338,7 +342,7 @@ async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_ta
             finally:
                 impostor.kill()
                 impostor.wait()
-    except GatewayBusy:
+    except (GatewayBusy, gatewaydirs.StateDirRefusedError):
         return  # refused at start: a dir another account may write never holds the agents' socket
 
 
@@ -385,3 +389,274 @@ async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir
     except gatewaydirs.StateDirRefusedError:
         return  # refused at start: what a host run chose is never a gateway's policy
     assert ran["details"]["status"] in ("approval-pending", "denied"), ran["details"]
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: $EXECHOST_CONFIG is checked for its file's owner and mode only (following links), never "
+    "judged by who may write the dirs above it: another account that may write its dir links the path to "
+    "another root-owned config (a dev gateway's, security full) and the running gateway reloads it.",
+)
+async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_another_root_file(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator keeps the gateway's config outside the state dir ($EXECHOST_CONFIG) in a dir another
+    account may write (the config file itself is root's, 0600: the loader takes it). That account
+    renames it aside and puts a link in its place to a file the operator keeps elsewhere for another
+    gateway (root's too, `security = "full"`): the link is followed, the target's owner is root, and the
+    running gateway's next look at its config (a stat per request) loads it: an agent's command that
+    asked before runs unasked."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)  # the other account's dir (a team dir, a group-writable /srv)
+    config = shared / "config.toml"
+    config.write_text(ALLOWLIST)
+    os.chmod(config, 0o600)
+    other = root / "dev-gateway"
+    other.mkdir(mode=0o700)
+    (other / "config.toml").write_text(FULL)  # the operator's other gateway's config
+    os.chmod(other / "config.toml", 0o600)
+    monkeypatch.setenv("EXECHOST_CONFIG", str(config))
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            before = await client.request("exec", {"command": "id", "workdir": str(root)})
+            assert before["details"]["status"] == "approval-pending"
+            as_nobody(f"mv {q(config)} {q(shared / 'old')} && ln -s {q(other / 'config.toml')} {q(config)}")
+            after = await client.request("exec", {"command": "id", "workdir": str(root)})
+        finally:
+            await client.close()
+    assert after["details"]["status"] in ("approval-pending", "denied"), after["details"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (a limit docs/SECURITY.md states): the record of state dirs is kept in each gateway's "
+    "$HOME, and a gateway may run with another HOME (EXECHOST_HOST_HOME names it): a second "
+    "gateway of this account recorded under its own HOME is no state dir the first one's views "
+    "cover, and the first one's host run reads its tokens.",
+)
+async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covered(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gateways of one account, each a service with a HOME of its own (named in EXECHOST_HOST_HOME, as
+    the docs allow): the second records its state dir in its own home's `~/.exechost-gateways`, which the
+    first gateway's views never read. A host run of the first reads the second's operator token."""
+    root = state_dir.parent
+    first_home = Path(os.environ["HOME"])
+    other_home, other_state = root / "h2", root / "s2"
+    other_home.mkdir(mode=0o700)
+    other_state.mkdir(mode=0o700)
+    write_config(other_state, ALLOWLIST)
+    with monkeypatch.context() as other:
+        for key, value in (("HOME", other_home), ("EXECHOST_HOST_HOME", other_home)):
+            other.setenv(key, str(value))
+        other.setenv("OPENCLAW_STATE_DIR", str(other_state))
+        async with gateway(other_state):
+            pass
+    token = read_token(other_state, OPERATOR_TOKEN_NAME)
+    assert token and Path(os.environ["HOME"]) == first_home
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            got = await client.request(
+                "exec", {"command": f"cat {other_state}/operator.json", "workdir": str(root)}
+            )
+        finally:
+            await client.close()
+    assert token not in got["text"], "a host run read the other gateway's operator token"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the stated limit (a gateway under another HOME is not covered) is code outside every "
+    "view: a second gateway of this account recorded under another HOME is not covered in the "
+    "first's views; when its state dir is in one of the first's hostWritable dirs, a host run "
+    "plants sandbox-bin/egress-forward with the stamp that vouches for it, and the second gateway "
+    "runs it as its own uid, outside any view, at its next host run.",
+)
+async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_every_view(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gateway B (a service with a HOME of its own) keeps its state dir in a project dir that gateway A's
+    agent may write (A's `hostWritable`). B's record is in B's home, so A's views show the dir as it is,
+    writable. A's agent writes B's forwarder and its stamp (the digest of the public source). B's next
+    host run starts its agent's network namespace, whose forwarder is that file: it runs as the gateway's
+    uid in the host's mount namespace, outside every view."""
+    root = state_dir.parent
+    project = root / "proj"
+    project.mkdir(mode=0o700)
+    other_home, other_state = root / "h2", project / "gw2"
+    other_home.mkdir(mode=0o700)
+    other_state.mkdir(mode=0o700)
+    write_config(other_state, FULL)
+    marker = root / "outside"
+
+    def as_other(patch: pytest.MonkeyPatch) -> None:
+        for key, value in (("HOME", other_home), ("EXECHOST_HOST_HOME", other_home)):
+            patch.setenv(key, str(value))
+        patch.setenv("OPENCLAW_STATE_DIR", str(other_state))
+
+    with monkeypatch.context() as other:
+        as_other(other)
+        async with gateway(other_state):
+            pass
+    write_config(state_dir, FULL + f'hostWritable = ["{project}"]\n')
+    bin_dir = other_state / "sandbox-bin"
+    helper = bin_dir / "egress-forward"
+    plant = (
+        f"mkdir -p {bin_dir} && printf '#!/bin/sh\\nid -u > {marker}\\nexec sleep 600\\n' > {helper} "
+        f"&& chmod 755 {helper} && echo {forwarder.source_digest()} > {helper}.sha"
+    )
+    async with gateway(state_dir):
+        client = await connect(state_dir, "agent", operator=False)
+        try:
+            done = await client.request("exec", {"command": plant, "workdir": str(project)})
+        finally:
+            await client.close()
+    if done["details"]["status"] != "completed" or not helper.exists():
+        return  # B's state dir was covered: nothing of A's agent reaches B's helpers
+    with monkeypatch.context() as other:
+        as_other(other)
+        async with gateway(other_state):
+            client = await connect(other_state, "agent", operator=False)
+            try:
+                await client.request("exec", {"command": "true", "workdir": str(root)})
+            finally:
+                await client.close()
+            await wait_until(marker.exists)
+    assert marker.read_text().strip() != str(os.geteuid()), "A's agent's program ran as B, outside views"
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a revoke writes what it owes the nodes (node-revocations.json) and sends only what that "
+    "file holds; on a full disk (an agent's host runs can fill it) the write fails, the revoke goes on, "
+    "and no node, even a connected one, is told: the revoked agent's node runs go on.",
+)
+async def test_class7_a_revoke_on_a_full_disk_still_reaches_the_nodes(
+    state_dir: Path, sshd_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent ops runs a long command on a node; its host runs fill the filesystem the gateway's state dir
+    is on; the operator revokes ops. What the revoke owes the nodes cannot be written down first (a revoke
+    never waits on what it owes), and the nodes are told from that record: the node must still end what
+    ops left running there, at least while it is connected."""
+    node = sshd_nodes[0]
+    nodes_text = (state_dir / "config.toml").read_text()
+    write_config(node.state_dir, FULL)  # the node runs what it is sent
+    pid_file = node.marks / "pid"
+    with small_tmpfs(state_dir.parent / "t", "8m") as fs:
+        state = fs / "s"
+        state.mkdir(mode=0o700)
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        write_config(state, FULL.replace('"gateway"', '"auto"') + nodes_text + listed("ops"))
+        gatewaydirs.record(os.environ["HOME"], str(state))  # the operator's, as `agents add` records it
+        token = principals.mint(state, "ops")
+        async with gateway(state):
+            agent = await connect(state, "ops", operator=False, credential=token)
+            operator = await connect(state, "op")
+            try:
+                command = f"echo started > {pid_file}; exec sleep {NAP}"
+                started = await agent.request(
+                    "exec", {"command": command, "host": "node", "node": node.name, "background": True}
+                )
+                assert started["details"]["status"] == "running", started["details"]
+                await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30)
+                pid = await wait_until(_napping)
+                top_up(fs / "fill")  # what the agent's host runs wrote (a hostWritable dir on this disk)
+                revoked = await operator.request("agents.revoke", {"agent": "ops"})
+                assert revoked["revoked"] is True
+                alive = _running_pid(pid)  # (the answer waits for the connected nodes to act)
+            finally:
+                await agent.close()
+                await operator.close()
+                for left in [_napping()]:
+                    if left:
+                        os.kill(left, 9)
+        assert not alive, "ops's command on the node outlived its revoke"
+
+
+NAP = "600.1717"  # the node command's own mark in the process table
+
+
+def _napping() -> int:
+    """The pid of the node command (`sleep NAP`) still running, else 0."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", NAP.encode()] and _running_pid(int(entry.name)):
+                    return int(entry.name)
+    return 0
+
+
+def _running_pid(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the agents' socket's dir is taken over (chown to agentGroup, chmod 0750) whenever the "
+    "gateway's account owns it: for a root gateway that is /tmp or /run, so `agentSocket = "
+    '"/tmp/agents.sock"` makes the shared sticky dir the gateway\'s and every other account loses it.',
+)
+async def test_class3_an_agents_socket_in_a_shared_sticky_dir_takes_the_dir_over(state_dir: Path) -> None:
+    """A root gateway's `agentSocket` directly in a shared sticky dir (a /tmp stand-in): the dir is root's,
+    so it counts as the gateway's own and is made 0750 for the agents' group: the sticky, world-writable
+    dir every account uses is gone for all of them while the gateway runs, and after it."""
+    shared = state_dir.parent / "tmp-like"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    write_config(
+        state_dir, FULL + f'\n[gateway]\nagentSocket = "{shared}/agents.sock"\nagentGroup = "nogroup"\n'
+    )
+    try:
+        async with gateway(state_dir):
+            pass
+    except (GatewayBusy, gatewaydirs.StateDirRefusedError):
+        pass  # refused at start: a dir the gateway does not own alone never holds the agents' socket
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777, oct(os.stat(shared).st_mode)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (a limit docs/SECURITY.md states): a recorded state dir that holds the view's own is "
+    "never covered (others() skips it: a cover would hide the view's own); a dev gateway whose "
+    "state dir is inside the main one's shows its host runs the main gateway's tokens.",
+)
+async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's main gateway keeps its state in /srv-like `main`, and a second (a dev gateway) in a
+    dir inside it, `main/dev`. Both are recorded; the dev gateway's views cover every other recorded state
+    dir except one that holds their own, so a host run of the dev gateway's agent reads the main
+    gateway's operator token."""
+    root = state_dir.parent
+    main, dev = root / "main", root / "main" / "dev"
+    main.mkdir(mode=0o700)
+    write_config(main, ALLOWLIST)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(main))
+    async with gateway(main):
+        pass
+    token = read_token(main, OPERATOR_TOKEN_NAME)
+    assert token
+    dev.mkdir(mode=0o700)
+    write_config(dev, FULL)
+    gatewaydirs.record(os.environ["HOME"], str(dev))
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(dev))
+    async with gateway(dev):
+        client = await connect(dev, "agent", operator=False)
+        try:
+            got = await client.request("exec", {"command": f"cat {main}/operator.json", "workdir": str(root)})
+        finally:
+            await client.close()
+    assert token not in got["text"], "a host run of the dev gateway read the main gateway's operator token"
