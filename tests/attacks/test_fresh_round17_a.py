@@ -769,18 +769,24 @@ async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(
     "--proc), and procfs answers EACCES for its root sysctl dir even to root, so the cover is skipped. "
     "An approved or full-security run (a build's recipe, a script) opens kernel.core_pattern for writing; "
     "`|/agent/dir/x.sh` there runs the agent's script as root outside every namespace at the next crash "
-    "(the word check asks only when a word names /proc)",
+    "(the word check asks only when a word names /proc); /sys is the host's, writable too "
+    "(/sys/power/state suspends the machine)",
 )
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
-async def test_class1_a_root_host_run_opens_kernel_core_pattern_for_writing(state_dir: Path) -> None:
+@pytest.mark.parametrize("knob", ["/proc/sys/kernel/core_pattern", "/sys/power/state"])
+async def test_class1_a_root_host_run_opens_kernel_core_pattern_for_writing(
+    state_dir: Path, knob: str
+) -> None:
     """Opened and closed, nothing written: tee reads an empty stdin, so the host's core_pattern is left
     as it is; the exit says whether the open for writing was allowed (EROFS once /proc/sys is covered)."""
-    before = Path("/proc/sys/kernel/core_pattern").read_text()
+    if not os.path.exists(knob):
+        pytest.skip(f"no {knob} here")
+    before = Path(knob).read_text()
     details = await attempt(
         state_dir,
-        "tee -a /proc/sys/kernel/core_pattern </dev/null",
+        f"tee -a {knob} </dev/null",
         config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
     )
-    assert Path("/proc/sys/kernel/core_pattern").read_text() == before  # (nothing was written)
+    assert Path(knob).read_text() == before  # (nothing was written)
     assert details["status"] == "completed", details["_text"]
-    assert details.get("exitCode") != 0, "a host run opened the host's kernel.core_pattern for writing"
+    assert details.get("exitCode") != 0, f"a host run opened the host's {knob} for writing"
