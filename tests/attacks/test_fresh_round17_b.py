@@ -621,3 +621,30 @@ async def test_class1_a_local_peer_writes_escapes_into_the_operators_terminal_th
         await runner.cleanup()
         access.removeHandler(kept)
         access.setLevel(level)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's id is taken from its hello at any length and pinned in node-keys.json "
+    "(NodeKeys.pin, up to 4,096 ids, each kept in memory and rewritten to disk): a compromised node "
+    "presenting a 4 MB id (a new one each link) grows the gateway's state file and memory by that each time",
+)
+async def test_class3_a_compromised_nodes_4mb_node_id_is_pinned_in_the_gateways_state(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Node alpha is compromised and says hello with a node id of 4 million characters. The gateway pins
+    the id a node presents (node-keys.json) so that no other node can take it later; what it keeps must
+    be bounded like every other field a node sends."""
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(GATEWAY_NODE + config)
+    hostile = Hostile(sshd_nodes[0], state_dir, node_id="n" * 4_000_000)
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        try:
+            running = asyncio.ensure_future(main.request("exec", {"command": "ls", "node": "alpha"}))
+            await hostile.next_run()  # the link is up: its hello was taken
+            running.cancel()
+            kept = (state_dir / "node-keys.json").stat().st_size
+            assert kept < 64 * 1024, f"node-keys.json holds {kept} bytes after one hello"
+        finally:
+            await main.close()
