@@ -24,6 +24,7 @@ from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
+from tests.helpers.egress import origin
 from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.pending import stored_asks
 
@@ -666,3 +667,39 @@ async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
         finally:
             await client.close()
     assert token not in got["text"], "a host run of the dev gateway read the main gateway's operator token"
+
+
+async def test_class4_a_host_runs_egress_to_an_allowed_names_address_in_other_spellings_is_refused(
+    state_dir: Path,
+) -> None:
+    """(Held.) Host runs go out through the egress proxy under the agent's `[sandbox.egress]`. The operator
+    allows one name, mapped to a loopback origin by `resolve`: the name in any case and with a trailing dot
+    gets through; its address as a literal, `127.1`, `localhost` and a SOCKS5 name of it do not (a literal
+    must be allowed by exactly that spelling, and must be public)."""
+    with origin() as served:
+        port = served.port
+        write_config(
+            state_dir,
+            FULL
+            + "\n[agents.defaults.sandbox.egress]\n"
+            + f'mode = "allowlist"\nask = false\nallow = ["http://origin.test:{port}"]\n'
+            + 'resolve = { "origin.test" = "127.0.0.1" }\n',
+        )
+        tries = {
+            "name": f"curl -sS --max-time 10 http://ORIGIN.test.:{port}/x",
+            "literal": f"curl -sS --max-time 10 http://127.0.0.1:{port}/x",
+            "short": f"curl -sS --max-time 10 http://127.1:{port}/x",
+            "localhost": f"curl -sS --max-time 10 http://localhost:{port}/x",
+            "socks": f"curl -sS --max-time 10 --socks5-hostname 127.0.0.1:3128 http://localhost:{port}/x",
+        }
+        got = {}
+        async with gateway(state_dir):
+            client = await connect(state_dir, "agent", operator=False)
+            try:
+                for key, command in tries.items():
+                    got[key] = (await client.request("exec", {"command": command}))["text"]
+            finally:
+                await client.close()
+    assert "origin says hello" in got["name"], got["name"]
+    for key in ("literal", "short", "localhost", "socks"):
+        assert "origin says hello" not in got[key], (key, got[key])
