@@ -675,7 +675,8 @@ async def test_class4_a_host_runs_egress_to_an_allowed_names_address_in_other_sp
     """(Held.) Host runs go out through the egress proxy under the agent's `[sandbox.egress]`. The operator
     allows one name, mapped to a loopback origin by `resolve`: the name in any case and with a trailing dot
     gets through; its address as a literal, `127.1`, `localhost` and a SOCKS5 name of it do not (a literal
-    must be allowed by exactly that spelling, and must be public)."""
+    must be allowed by exactly that spelling, and must be public), nor a tunnel (CONNECT, SOCKS5) to the
+    allowed name and port, which the entry's `http://` keeps to plain requests."""
     with origin() as served:
         port = served.port
         write_config(
@@ -691,6 +692,9 @@ async def test_class4_a_host_runs_egress_to_an_allowed_names_address_in_other_sp
             "short": f"curl -sS --max-time 10 http://127.1:{port}/x",
             "localhost": f"curl -sS --max-time 10 http://localhost:{port}/x",
             "socks": f"curl -sS --max-time 10 --socks5-hostname 127.0.0.1:3128 http://localhost:{port}/x",
+            # the entry is `http://`: plain requests the proxy reads, never a tunnel to the same port
+            "tunnel": f"curl -sS --max-time 10 -p http://origin.test:{port}/x",
+            "socks-name": f"curl -sS --max-time 10 --socks5-hostname 127.0.0.1:3128 http://origin.test:{port}/x",
         }
         got = {}
         async with gateway(state_dir):
@@ -701,5 +705,5 @@ async def test_class4_a_host_runs_egress_to_an_allowed_names_address_in_other_sp
             finally:
                 await client.close()
     assert "origin says hello" in got["name"], got["name"]
-    for key in ("literal", "short", "localhost", "socks"):
+    for key in ("literal", "short", "localhost", "socks", "tunnel", "socks-name"):
         assert "origin says hello" not in got[key], (key, got[key])
