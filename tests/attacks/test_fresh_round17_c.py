@@ -707,3 +707,38 @@ async def test_class4_a_host_runs_egress_to_an_allowed_names_address_in_other_sp
     assert "origin says hello" in got["name"], got["name"]
     for key in ("literal", "short", "localhost", "socks", "tunnel", "socks-name"):
         assert "origin says hello" not in got[key], (key, got[key])
+
+
+async def test_class2_an_egress_allow_always_of_one_agent_is_not_anothers(state_dir: Path) -> None:
+    """(Held.) Agent main's host run asks for a name; the operator allows it always (saved for main). Agent
+    ops's host run to the same name asks anew: what the operator approved for one principal is not
+    another's, in the approvals file as in the live decision."""
+    with origin() as served:
+        port = served.port
+        write_config(
+            state_dir,
+            FULL
+            + "\n[agents.defaults.sandbox.egress]\n"
+            + 'mode = "allowlist"\nask = true\nresolve = { "origin.test" = "127.0.0.1" }\n'
+            + listed("ops"),
+        )
+        token = principals.mint(state_dir, "ops")
+        command = {"command": f"curl -sS --max-time 60 http://origin.test:{port}/x"}
+        async with gateway(state_dir):
+            main = await connect(state_dir, "main", operator=False)
+            ops = await connect(state_dir, "ops", operator=False, credential=token)
+            operator = await connect(state_dir, "op")
+            try:
+                first = asyncio.ensure_future(main.request("exec", command))
+                asked = await wait_until(lambda: _pending(operator))
+                assert asked[0]["agentId"] == "main", asked[0]
+                await operator.request("approve", {"id": asked[0]["id"], "decision": "allow-always"})
+                assert "origin says hello" in (await first)["text"]
+                second = asyncio.ensure_future(ops.request("exec", command))
+                asked = await wait_until(lambda: _pending(operator))
+                assert asked[0]["agentId"] == "ops", asked[0]
+                await operator.request("approve", {"id": asked[0]["id"], "decision": "deny"})
+                assert "origin says hello" not in (await second)["text"]
+            finally:
+                for client in (main, ops, operator):
+                    await client.close()
