@@ -24,6 +24,7 @@ from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
+from tests.helpers.egress import origin
 from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.pending import stored_asks
 
@@ -646,3 +647,78 @@ async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
         finally:
             await client.close()
     assert token not in got["text"], "a host run of the dev gateway read the main gateway's operator token"
+
+
+async def test_class4_a_host_runs_egress_to_an_allowed_names_address_in_other_spellings_is_refused(
+    state_dir: Path,
+) -> None:
+    """(Held.) Host runs go out through the egress proxy under the agent's `[sandbox.egress]`. The operator
+    allows one name, mapped to a loopback origin by `resolve`: the name in any case and with a trailing dot
+    gets through; its address as a literal, `127.1`, `localhost` and a SOCKS5 name of it do not (a literal
+    must be allowed by exactly that spelling, and must be public), nor a tunnel (CONNECT, SOCKS5) to the
+    allowed name and port, which the entry's `http://` keeps to plain requests."""
+    with origin() as served:
+        port = served.port
+        write_config(
+            state_dir,
+            FULL
+            + "\n[agents.defaults.sandbox.egress]\n"
+            + f'mode = "allowlist"\nask = false\nallow = ["http://origin.test:{port}"]\n'
+            + 'resolve = { "origin.test" = "127.0.0.1" }\n',
+        )
+        tries = {
+            "name": f"curl -sS --max-time 10 http://ORIGIN.test.:{port}/x",
+            "literal": f"curl -sS --max-time 10 http://127.0.0.1:{port}/x",
+            "short": f"curl -sS --max-time 10 http://127.1:{port}/x",
+            "localhost": f"curl -sS --max-time 10 http://localhost:{port}/x",
+            "socks": f"curl -sS --max-time 10 --socks5-hostname 127.0.0.1:3128 http://localhost:{port}/x",
+            # the entry is `http://`: plain requests the proxy reads, never a tunnel to the same port
+            "tunnel": f"curl -sS --max-time 10 -p http://origin.test:{port}/x",
+            "socks-name": f"curl -sS --max-time 10 --socks5-hostname 127.0.0.1:3128 http://origin.test:{port}/x",
+        }
+        got = {}
+        async with gateway(state_dir):
+            client = await connect(state_dir, "agent", operator=False)
+            try:
+                for key, command in tries.items():
+                    got[key] = (await client.request("exec", {"command": command}))["text"]
+            finally:
+                await client.close()
+    assert "origin says hello" in got["name"], got["name"]
+    for key in ("literal", "short", "localhost", "socks", "tunnel", "socks-name"):
+        assert "origin says hello" not in got[key], (key, got[key])
+
+
+async def test_class2_an_egress_allow_always_of_one_agent_is_not_anothers(state_dir: Path) -> None:
+    """(Held.) Agent main's host run asks for a name; the operator allows it always (saved for main). Agent
+    ops's host run to the same name asks anew: what the operator approved for one principal is not
+    another's, in the approvals file as in the live decision."""
+    with origin() as served:
+        port = served.port
+        write_config(
+            state_dir,
+            FULL
+            + "\n[agents.defaults.sandbox.egress]\n"
+            + 'mode = "allowlist"\nask = true\nresolve = { "origin.test" = "127.0.0.1" }\n'
+            + listed("ops"),
+        )
+        token = principals.mint(state_dir, "ops")
+        command = {"command": f"curl -sS --max-time 60 http://origin.test:{port}/x"}
+        async with gateway(state_dir):
+            main = await connect(state_dir, "main", operator=False)
+            ops = await connect(state_dir, "ops", operator=False, credential=token)
+            operator = await connect(state_dir, "op")
+            try:
+                first = asyncio.ensure_future(main.request("exec", command))
+                asked = await wait_until(lambda: _pending(operator))
+                assert asked[0]["agentId"] == "main", asked[0]
+                await operator.request("approve", {"id": asked[0]["id"], "decision": "allow-always"})
+                assert "origin says hello" in (await first)["text"]
+                second = asyncio.ensure_future(ops.request("exec", command))
+                asked = await wait_until(lambda: _pending(operator))
+                assert asked[0]["agentId"] == "ops", asked[0]
+                await operator.request("approve", {"id": asked[0]["id"], "decision": "deny"})
+                assert "origin says hello" not in (await second)["text"]
+            finally:
+                for client in (main, ops, operator):
+                    await client.close()
