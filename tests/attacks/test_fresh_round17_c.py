@@ -603,12 +603,6 @@ def _running_pid(pid: int) -> bool:
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the agents' socket's dir is taken over (chown to agentGroup, chmod 0750) whenever the "
-    "gateway's account owns it: for a root gateway that is /tmp or /run, so `agentSocket = "
-    '"/tmp/agents.sock"` makes the shared sticky dir the gateway\'s and every other account loses it.',
-)
 async def test_class3_an_agents_socket_in_a_shared_sticky_dir_takes_the_dir_over(state_dir: Path) -> None:
     """A root gateway's `agentSocket` directly in a shared sticky dir (a /tmp stand-in): the dir is root's,
     so it counts as the gateway's own and is made 0750 for the agents' group: the sticky, world-writable
