@@ -28,8 +28,9 @@ every view hides the union, so a second gateway's node key outside the home is n
 A state dir is judged by who may write it (adopt, fresh round 16 a), as ssh's StrictModes judges: no
 other account may write it or a dir above it. An existing one is trusted only when a gateway of this
 account recorded it (a host run cannot write the home, so it cannot forge a record) or it holds nothing
-but the operator's config and sits in no dir others may write: a state dir a host run planted (a helper,
-an override, a socket, a token of its choosing) is refused at start instead of adopted (fresh round 15 b).
+and sits in no dir others may write: a state dir a host run planted (a helper, an override, a socket, a
+token, even a config or an allowlist of its choosing) is refused at start instead of adopted (fresh rounds
+15 b, 17 c).
 """
 
 from __future__ import annotations
@@ -224,14 +225,8 @@ def _judge_secrets(
 
 class StateDirRefusedError(Exception):
     """A state dir this service may not trust: another account may write it or a dir above it, or it is
-    an existing one no gateway of this account recorded that holds more than the operator's config, or
-    sits where others write (whoever made it chose what is in it)."""
-
-
-# What the operator writes in a state dir before its first start (its config, its allowlist): all an
-# unrecorded one may hold. An allow-list, not a list of what a gateway makes: any other name (a helper, an
-# override, a socket, a token) is content someone else may have chosen (fresh round 16 a).
-OPERATOR_MADE = frozenset({"config.toml", "exec-approvals.json", "exec-approvals.json.lock"})
+    an existing one no gateway of this account recorded that holds anything, or sits where others write
+    (whoever made it chose what is in it)."""
 
 
 def claim(home: str, state: str) -> None:
@@ -290,10 +285,13 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
     """Trust `state` as this service's state dir, recording it before anything is written in it. First
     by who may write it (judge): no other account may, it or any dir above. Then, for an existing dir no
     gateway of this account recorded (this account's host runs write what it writes, the home's
-    hostWritable dirs too): it must hold nothing but the operator's config (OPERATOR_MADE) and not sit in
-    a dir others may write (a sticky one: whoever may write there may have made it). The operator may
-    name one in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv).
-    Otherwise StateDirRefusedError, naming the dir and why."""
+    hostWritable dirs too): it must be empty and not sit in a dir others may write (a sticky one: whoever
+    may write there may have made it). Not even a config or an allowlist: a host run is this account, so a
+    file of this uid tells nothing of who wrote it, and a planted `config.toml` (security full) or
+    `exec-approvals.json` would be the policy of the gateway started there (fresh round 17 c). The
+    operator's CLI records a dir before it writes there (claim), the home's top level needs no record, and
+    the operator may name any other once in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon:
+    engine.protocol.daemonenv). Otherwise StateDirRefusedError, naming the dir and why."""
     env = os.environ if environ is None else environ
     real = os.path.realpath(state)
     why = judge(real)
@@ -315,7 +313,7 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
         names = os.listdir(real)
         if os.stat(os.path.dirname(real)).st_mode & 0o022:
             names.append("")  # present in a dir others may write: whoever may write there may have made it
-    held = sorted(set(names) - OPERATOR_MADE)
+    held = sorted(set(names))
     if held:
         where = (
             f"holds {', '.join(n for n in held[:6] if n)}{', ...' if len(held) > 6 else ''}"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from engine.commands.gatewaydirs import StateDirRefusedError
+from engine.commands.gatewaydirs import StateDirRefusedError, claim
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from tests.attacks.harness import attempt
 from tests.helpers.gateway import FULL, REPO, connect, gateway, write_config
@@ -66,6 +66,9 @@ echo planted"""
 
     # The operator starts gateway B there and runs anything.
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    claim(
+        os.environ["HOME"], str(future)
+    )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
     write_config(future, FULL)
     try:
         async with gateway(future):
@@ -128,6 +131,9 @@ async def test_class1_a_state_dir_another_account_made_is_adopted_and_stays_that
     assert made.returncode == 0, made.stderr
 
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    claim(
+        os.environ["HOME"], str(future)
+    )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
     write_config(future, FULL)
     try:
         async with gateway(future):
@@ -177,6 +183,9 @@ async def test_class1_a_state_dir_in_a_home_hostwritable_dir_is_adopted_with_a_p
     assert "planted" in details["_text"], details["_text"]
 
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    claim(
+        os.environ["HOME"], str(future)
+    )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
     write_config(future, FULL)
     try:
         async with gateway(future):
@@ -291,6 +300,9 @@ async def test_class1_a_recorded_state_dir_inside_an_outside_hostwritable_dir_is
     future = work / "gw-b"
     future.mkdir(mode=0o700)
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    claim(
+        os.environ["HOME"], str(future)
+    )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
     write_config(future, FULL)
     async with gateway(future):
         token = read_token(future, OPERATOR_TOKEN_NAME)
@@ -452,6 +464,9 @@ async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
         team.chmod(0o755)
         state = team / "gw" / "state"
         state.mkdir(parents=True, mode=0o700)
+        claim(
+            os.environ["HOME"], str(state)
+        )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
         (team / "gw" / "backups").mkdir()
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         details = await attempt(state, f"echo planted > {team}/gw/backups/planted; echo done", config=FULL)
@@ -553,6 +568,9 @@ async def test_class6_tokens_planted_after_adopts_look_are_the_gateways(
     assert "racing" in details["_text"], details["_text"]
 
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    claim(
+        os.environ["HOME"], str(future)
+    )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
     write_config(future, FULL)
     try:
         async with gateway(future):
@@ -644,6 +662,9 @@ async def test_class1_a_planted_forwarder_beside_another_gateways_state_dir(
         gw_b = team / "gw-b"
         gw_b.mkdir(mode=0o700)
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(gw_b))
+        claim(
+            os.environ["HOME"], str(gw_b)
+        )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
         write_config(gw_b, FULL)
         async with gateway(gw_b):  # recorded: covered in A's views, its directory fixed in place
             pass
@@ -666,6 +687,7 @@ echo planted"""
         assert "planted" in text or f"{gw_c}’: Read-only file system" in text, text
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(gw_c))
         gw_c.mkdir(mode=0o700, exist_ok=True)  # the operator's, where no plant made it first
+        claim(os.environ["HOME"], str(gw_c))  # (recorded only while it holds nothing)
         write_config(gw_c, FULL)
         async with gateway(gw_c):
             client = await connect(gw_c)
@@ -719,6 +741,9 @@ async def test_class1_the_operators_client_hands_its_token_to_another_accounts_s
     made = _as_agent(f"umask 022; mkdir {future}")
     assert made.returncode == 0, made.stderr
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    claim(
+        os.environ["HOME"], str(future)
+    )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
     write_config(future, FULL)
     with contextlib.suppress(StateDirRefusedError):  # the gateway's own defence: refused at start
         async with gateway(future):

@@ -24,7 +24,7 @@ from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
-from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
+from tests.helpers.gateway import FULL, claim_state, connect, gateway, listed, wait_until, write_config
 from tests.helpers.pending import stored_asks
 
 NOBODY = 65534
@@ -118,6 +118,7 @@ async def test_class7_an_approved_run_that_fills_the_disk_and_is_removed_never_r
         os.mkfifo(gate)
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         state.mkdir(mode=0o700)
+        claim_state(state)  # the operator's CLI, before it writes a config there
         write_config(state, ALLOWLIST + f'hostWritable = ["{work}"]\n')
         command = f"echo ran >> {count}; head -c 64M /dev/zero > {fill}; cat {gate}"
         async with gateway(state):
@@ -185,6 +186,7 @@ async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_aga
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # as the daemon runs them: in the session host
         state.mkdir(mode=0o700)
+        claim_state(state)  # the operator's CLI, before it writes a config there
         write_config(state, ALLOWLIST + f'hostWritable = ["{work}"]\n')
         command = (
             f"mktemp -p {runs} >/dev/null; head -c 64M /dev/zero > {fill} 2>/dev/null; echo end > {gate}"
@@ -255,12 +257,6 @@ async def _pending(operator: Any) -> list[dict[str, Any]]:
     return list(got.get("approvals") or [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold config.toml and exec-approvals.json "
-    "(OPERATOR_MADE) whoever wrote them: a host run (this account's uid) that plants a config in a dir "
-    "it may write decides the policy of the gateway the operator later starts there.",
-)
 async def test_class4_an_unrecorded_state_dir_holding_a_config_a_host_run_planted_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,12 +342,6 @@ async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_ta
         return  # refused at start: a dir another account may write never holds the agents' socket
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold exec-approvals.json whoever wrote it: a host "
-    "run that plants an allowlist where the operator later starts a gateway (with a config of their "
-    "own) has its commands run unasked there.",
-)
 async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -450,11 +440,12 @@ async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covere
     other_home, other_state = root / "h2", root / "s2"
     other_home.mkdir(mode=0o700)
     other_state.mkdir(mode=0o700)
-    write_config(other_state, ALLOWLIST)
     with monkeypatch.context() as other:
         for key, value in (("HOME", other_home), ("EXECHOST_HOST_HOME", other_home)):
             other.setenv(key, str(value))
         other.setenv("OPENCLAW_STATE_DIR", str(other_state))
+        claim_state(other_state)  # B's operator's CLI, in B's home
+        write_config(other_state, ALLOWLIST)
         async with gateway(other_state):
             pass
     token = read_token(other_state, OPERATOR_TOKEN_NAME)
@@ -493,7 +484,6 @@ async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_ev
     other_home, other_state = root / "h2", project / "gw2"
     other_home.mkdir(mode=0o700)
     other_state.mkdir(mode=0o700)
-    write_config(other_state, FULL)
     marker = root / "outside"
 
     def as_other(patch: pytest.MonkeyPatch) -> None:
@@ -503,6 +493,8 @@ async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_ev
 
     with monkeypatch.context() as other:
         as_other(other)
+        claim_state(other_state)  # B's operator's CLI, in B's home
+        write_config(other_state, FULL)
         async with gateway(other_state):
             pass
     write_config(state_dir, FULL + f'hostWritable = ["{project}"]\n')
@@ -637,6 +629,7 @@ async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
     root = state_dir.parent
     main, dev = root / "main", root / "main" / "dev"
     main.mkdir(mode=0o700)
+    claim_state(main)  # the operator's CLI, before it writes a config there
     write_config(main, ALLOWLIST)
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(main))
     async with gateway(main):
