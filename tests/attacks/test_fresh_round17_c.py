@@ -20,6 +20,8 @@ import pytest
 from engine import principals, unixsock
 from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
+from engine.config.loader import load_config
+from engine.config.model import ConfigError
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
@@ -382,12 +384,6 @@ async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: $EXECHOST_CONFIG is checked for its file's owner and mode only (following links), never "
-    "judged by who may write the dirs above it: another account that may write its dir links the path to "
-    "another root-owned config (a dev gateway's, security full) and the running gateway reloads it.",
-)
 async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_another_root_file(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -410,16 +406,46 @@ async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_an
     (other / "config.toml").write_text(FULL)  # the operator's other gateway's config
     os.chmod(other / "config.toml", 0o600)
     monkeypatch.setenv("EXECHOST_CONFIG", str(config))
-    async with gateway(state_dir):
-        client = await connect(state_dir, "agent", operator=False)
-        try:
-            before = await client.request("exec", {"command": "id", "workdir": str(root)})
-            assert before["details"]["status"] == "approval-pending"
-            as_nobody(f"mv {q(config)} {q(shared / 'old')} && ln -s {q(other / 'config.toml')} {q(config)}")
-            after = await client.request("exec", {"command": "id", "workdir": str(root)})
-        finally:
-            await client.close()
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir, "agent", operator=False)
+            try:
+                before = await client.request("exec", {"command": "id", "workdir": str(root)})
+                assert before["details"]["status"] == "approval-pending"
+                as_nobody(
+                    f"mv {q(config)} {q(shared / 'old')} && ln -s {q(other / 'config.toml')} {q(config)}"
+                )
+                after = await client.request("exec", {"command": "id", "workdir": str(root)})
+            finally:
+                await client.close()
+    except ConfigError as exc:
+        assert "another account may change" in str(exc), exc
+        return  # refused at start: a config in a dir another account may write is never read
     assert after["details"]["status"] in ("approval-pending", "denied"), after["details"]
+
+
+@needs_root
+async def test_class4_a_config_linked_into_a_dir_another_account_writes_is_refused(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neighbour: $EXECHOST_CONFIG names a link in a dir of the operator's whose target lives in a dir
+    another account may write (a team dir): that account swaps the target as above. The dir the file
+    resolves to is judged as the one holding its name: the config is refused, at start and at reload."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)
+    target = shared / "config.toml"
+    target.write_text(ALLOWLIST)
+    os.chmod(target, 0o600)
+    mine = root / "etc"
+    mine.mkdir(mode=0o700)
+    (mine / "config.toml").symlink_to(target)
+    with pytest.raises(ConfigError, match="another account may change"):
+        load_config(mine / "config.toml", required=True)
+    os.chown(shared, 0, 0)  # the same dir, root's alone: read
+    assert load_config(mine / "config.toml", required=True).exec.security == "allowlist"
 
 
 @pytest.mark.xfail(
