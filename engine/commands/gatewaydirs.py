@@ -7,10 +7,12 @@ of its path, holding the path): the home is read-only in every host view and no 
 hold the record (engine.commands.hosttrust.protected), so no run adds, removes or re-points an entry.
 Each recorded dir is covered whole with an empty tmpfs, as a sandbox workspace root is: outside the home
 (where no mode is judged) and in it too (0700 by engine.statefs, so hidden as private anyway, but not
-inside a hostWritable dir, which is shown as it is); never one that is `/`, holds the home or this view's
-state dir, or holds what every run needs (the PATH and import dirs, the helper) or one of the agent's
-own hostWritable dirs (a cover would hide them). The record is read per view from a cache keyed by its
-directory's stat, each named dir lstat'ed per view (covered only while it is a directory).
+inside a hostWritable dir, which is shown as it is); never one that is `/`, holds the home, is inside
+this view's state dir (covered already), or holds what every run needs (the PATH and import dirs, the
+helper) or one of the agent's own hostWritable dirs (a cover would hide them). One holding this view's
+state dir is covered (that one is an empty tmpfs in its view: nothing of it is lost; fresh round 17 c).
+The record is read per view from a cache keyed by its directory's stat, each named dir lstat'ed per view
+(covered only while it is a directory).
 
 Every exechost service that keeps state records its state dir here, not only a gateway (fresh round 15
 b): a node service records its own at start, and a gateway records the state dir a node of this account
@@ -331,7 +333,7 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None) -> None:
 
 def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
     """The other gateways' state dirs a view of `state` covers: present directories (no link in their
-    place), none that is `/`, holds the home or `state`, is inside `state`, or holds a path of `needed`
+    place), none that is `/`, holds the home, is `state` or inside it, or holds a path of `needed`
     (what every run needs, the agent's own hostWritable dirs). What the record names is judged once per
     (record, state, needed); presence per call (a cover of a missing root would make it)."""
     wanted = tuple(needed)
@@ -381,7 +383,10 @@ def _judge(home: str, state: str, needed: tuple[str, ...], paths: tuple[str, ...
     for path in paths:
         if path == own or path == os.sep or inside(home, path):
             continue
-        if inside(own, path) or inside(path, own) or any(inside(n, path) for n in must):
+        # one that holds this view's own is covered too (fresh round 17 c: a dev gateway's state dir inside
+        # the main one's showed its runs the main one's tokens): the own one is an empty tmpfs already and
+        # nothing of the view is bound below it, so the cover hides nothing a run may use
+        if inside(path, own) or any(inside(n, path) for n in must):
             continue
         out.append(path)
     return tuple(out)
