@@ -7,10 +7,12 @@ of its path, holding the path): the home is read-only in every host view and no 
 hold the record (engine.commands.hosttrust.protected), so no run adds, removes or re-points an entry.
 Each recorded dir is covered whole with an empty tmpfs, as a sandbox workspace root is: outside the home
 (where no mode is judged) and in it too (0700 by engine.statefs, so hidden as private anyway, but not
-inside a hostWritable dir, which is shown as it is); never one that is `/`, holds the home or this view's
-state dir, or holds what every run needs (the PATH and import dirs, the helper) or one of the agent's
-own hostWritable dirs (a cover would hide them). The record is read per view from a cache keyed by its
-directory's stat, each named dir lstat'ed per view (covered only while it is a directory).
+inside a hostWritable dir, which is shown as it is); never one that is `/`, holds the home, is inside
+this view's state dir (covered already), or holds what every run needs (the PATH and import dirs, the
+helper) or one of the agent's own hostWritable dirs (a cover would hide them). One holding this view's
+state dir is covered (that one is an empty tmpfs in its view: nothing of it is lost; fresh round 17 c).
+The record is read per view from a cache keyed by its directory's stat, each named dir lstat'ed per view
+(covered only while it is a directory).
 
 Every exechost service that keeps state records its state dir here, not only a gateway (fresh round 15
 b): a node service records its own at start, and a gateway records the state dir a node of this account
@@ -28,8 +30,9 @@ every view hides the union, so a second gateway's node key outside the home is n
 A state dir is judged by who may write it (adopt, fresh round 16 a), as ssh's StrictModes judges: no
 other account may write it or a dir above it. An existing one is trusted only when a gateway of this
 account recorded it (a host run cannot write the home, so it cannot forge a record) or it holds nothing
-but the operator's config and sits in no dir others may write: a state dir a host run planted (a helper,
-an override, a socket, a token of its choosing) is refused at start instead of adopted (fresh round 15 b).
+and sits in no dir others may write: a state dir a host run planted (a helper, an override, a socket, a
+token, even a config or an allowlist of its choosing) is refused at start instead of adopted (fresh rounds
+15 b, 17 c).
 """
 
 from __future__ import annotations
@@ -224,14 +227,8 @@ def _judge_secrets(
 
 class StateDirRefusedError(Exception):
     """A state dir this service may not trust: another account may write it or a dir above it, or it is
-    an existing one no gateway of this account recorded that holds more than the operator's config, or
-    sits where others write (whoever made it chose what is in it)."""
-
-
-# What the operator writes in a state dir before its first start (its config, its allowlist): all an
-# unrecorded one may hold. An allow-list, not a list of what a gateway makes: any other name (a helper, an
-# override, a socket, a token) is content someone else may have chosen (fresh round 16 a).
-OPERATOR_MADE = frozenset({"config.toml", "exec-approvals.json", "exec-approvals.json.lock"})
+    an existing one no gateway of this account recorded that holds anything, or sits where others write
+    (whoever made it chose what is in it)."""
 
 
 def claim(home: str, state: str) -> None:
@@ -293,9 +290,12 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
     by the caller), refused if a link has taken a place on it since. First by who may write it (judge):
     no other account may, it or any dir above. Then, for an existing dir no gateway of this account
     recorded (this account's host runs write what it writes, the home's hostWritable dirs too): it must
-    hold nothing but the operator's config (OPERATOR_MADE) and not sit in a dir others may write (a
-    sticky one: whoever may write there may have made it). The operator may name one in
-    $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv). Otherwise
+    be empty and not sit in a dir others may write (a sticky one: whoever may write there may have made
+    it). Not even a config or an allowlist: a host run is this account, so a file of this uid tells
+    nothing of who wrote it, and a planted `config.toml` (security full) or `exec-approvals.json` would be
+    the policy of the gateway started there (fresh round 17 c). The operator's CLI records a dir before it
+    writes there (claim), the home's top level needs no record, and the operator may name any other once
+    in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv). Otherwise
     StateDirRefusedError, naming the dir and why."""
     env = os.environ if environ is None else environ
     real = os.path.realpath(state)
@@ -323,7 +323,7 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
         names = os.listdir(real)
         if os.stat(os.path.dirname(real)).st_mode & 0o022:
             names.append("")  # present in a dir others may write: whoever may write there may have made it
-    held = sorted(set(names) - OPERATOR_MADE)
+    held = sorted(set(names))
     if held:
         where = (
             f"holds {', '.join(n for n in held[:6] if n)}{', ...' if len(held) > 6 else ''}"
@@ -342,7 +342,7 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
 
 def others(home: str, state: str, needed: Iterable[str]) -> tuple[str, ...]:
     """The other gateways' state dirs a view of `state` covers: present directories (no link in their
-    place), none that is `/`, holds the home or `state`, is inside `state`, or holds a path of `needed`
+    place), none that is `/`, holds the home, is `state` or inside it, or holds a path of `needed`
     (what every run needs, the agent's own hostWritable dirs). What the record names is judged once per
     (record, state, needed); presence per call (a cover of a missing root would make it)."""
     wanted = tuple(needed)
@@ -392,7 +392,10 @@ def _judge(home: str, state: str, needed: tuple[str, ...], paths: tuple[str, ...
     for path in paths:
         if path == own or path == os.sep or inside(home, path):
             continue
-        if inside(own, path) or inside(path, own) or any(inside(n, path) for n in must):
+        # one that holds this view's own is covered too (fresh round 17 c: a dev gateway's state dir inside
+        # the main one's showed its runs the main one's tokens): the own one is an empty tmpfs already and
+        # nothing of the view is bound below it, so the cover hides nothing a run may use
+        if inside(path, own) or any(inside(n, path) for n in must):
             continue
         out.append(path)
     return tuple(out)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import pathtrust, statefs
 from engine.commands.hostenv import inert_env_problem, inherit_env_problem
 from engine.commands.interpreters import is_interpreter, runs_others
 from engine.commands.safebins import SafeBinProfile
@@ -83,6 +83,7 @@ def load_config(
         raise ConfigError(target, "", None, f"cannot read: {exc}") from exc
     with os.fdopen(fd, "rb") as fh:
         _check_owner(target, os.fstat(fh.fileno()))
+        _check_dirs(target)
         data = fh.read()
     try:
         text = data.decode("utf-8")
@@ -103,6 +104,29 @@ def _check_owner(target: Path, st: os.stat_result) -> None:
         raise ConfigError(
             target, "", None, f"unsafe mode {mode:04o} (writable by group or others); run chmod 600 {target}"
         )
+
+
+def _check_dirs(target: Path) -> None:
+    """The dirs the config is read from are judged too (fresh round 17 c): the one that holds its name and
+    the one that holds the file it resolves to, and every dir above each, must be root's or this
+    account's and writable by no other account unless sticky (engine.pathtrust.foreign_hold, as a
+    workspace root's holder). Else an account that may write there renames the file aside and puts a link
+    to another file in its place, root's or ours (another gateway's config, `security = "full"`), which
+    the owner check takes; a running gateway keeps its last good config instead."""
+    own = os.geteuid()
+    named = os.path.realpath(os.path.dirname(os.path.abspath(target)))  # the dir holding the name
+    real = os.path.dirname(os.path.realpath(target))
+    for where in dict.fromkeys((named, real)):
+        chain = pathtrust.chain_to(where)
+        why = chain if isinstance(chain, str) else pathtrust.foreign_hold(chain, own, holder=True)
+        if why:
+            raise ConfigError(
+                target,
+                "",
+                None,
+                f"in a dir another account may change ({why}): it could put another file in this one's "
+                "place; refused. Keep the config in a dir only this account or root may write",
+            )
 
 
 def load_config_text(

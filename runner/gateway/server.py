@@ -232,17 +232,22 @@ class GatewayServer:
         st = os.lstat(parent)
         if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
             raise GatewayBusy(f"{parent}: the agents' socket directory must be a directory the gateway owns")
-        # chown first, then the mode: at no moment may another account write here or a stranger enter.
-        os.chown(parent, -1, gid)
-        os.chmod(parent, 0o750)  # noqa: S103 - group-readable on purpose: the agents' group
-        # Judged as a state dir is, by name and as it resolves: an account that may write a dir above it
-        # moves ours aside and serves the path itself to every agent account (fresh round 17 c).
+        # Judged as a state dir is, by name and as it resolves, BEFORE it is changed: an account that may
+        # write a dir above it moves ours aside and serves the path itself to every agent account, and a
+        # dir of ours others may write (a root gateway's /tmp, sticky 1777) is shared, never ours to take
+        # over for the agents' group (fresh round 17 c).
         named, real = os.path.abspath(parent), os.path.realpath(parent)
         why = pathtrust.strict_hold(real, os.geteuid())
         if not why and named != real:  # a link on the way is another name to judge: the real one is asked for
             why = f"{named} resolves to {real} (a link on the way); name {real} itself"
         if why:
-            raise GatewayBusy(f"{path}: the agents' socket directory is not this account's alone: {why}")
+            raise GatewayBusy(
+                f"{path}: the agents' socket directory is not this account's alone: {why}; name a dir of "
+                "its own (the gateway makes it), e.g. /run/exechost/agents.sock"
+            )
+        # chown first, then the mode: at no moment may another account write here or a stranger enter.
+        os.chown(parent, -1, gid)
+        os.chmod(parent, 0o750)  # noqa: S103 - group-readable on purpose: the agents' group
         self.agents_socket_path = path
         problem = unixsock.socket_path_problem(path)
         if problem is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.approvals.store import ApprovalsStore
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import claim_state, connect, gateway, write_config
 
 ALLOWLIST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
 
@@ -22,6 +22,7 @@ async def attempt(
     **params: Any,
 ) -> dict[str, Any]:
     """Run `command` as agent `agent` with only `allow` on its allowlist; the exec result's details."""
+    claim_state(state)  # the operator's CLI, before it writes a config there (recorded when new or empty)
     write_config(state, config)
     store = ApprovalsStore(state / "exec-approvals.json")
     for pattern, arg_pattern in allow:

@@ -27,7 +27,7 @@ from engine.commands import hostprivate
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from tests.helpers.browser import browser_image, browser_state, get  # noqa: F401 (fixtures)
-from tests.helpers.gateway import ALLOWLIST, connect, gateway, listed, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, claim_state, connect, gateway, listed, wait_until, write_config
 from tests.helpers.sshd import SshdNode
 from tests.helpers.webconsole import CHROMIUM, serve_web
 
@@ -277,6 +277,7 @@ async def test_class2_two_gateways_agents_of_one_name_share_a_nodes_private_tmp(
     other = state_dir.parent / "s2"  # another operator's gateway, its own state dir and gateway key
     other.mkdir(mode=0o700)
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(other))
+    claim_state(other)  # the operator's CLI, before it writes a config there
     write_config(other, FULL_HOST.replace('"gateway"', '"node"') + nodes)
     async with gateway(other):
         seen = await _exec(other, "cat /var/tmp/a10-left; echo end", **node)

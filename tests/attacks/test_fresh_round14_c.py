@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.attacks.harness import ALLOWLIST, attempt
-from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, claim_state, connect, gateway, wait_until, write_config
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # Where the cluster listens: a directory of the postgres account's own, outside the home and every hostPrivate
@@ -563,6 +563,7 @@ async def test_class1_the_accounts_user_keyrings_are_a_host_runs(state_dir: Path
 async def test_class1_another_gateways_state_dir_outside_the_home_is_a_host_runs(state_dir: Path) -> None:
     other = state_dir.parent / "srv-exechost-b"  # outside the home and every private dir, as /srv is
     other.mkdir(mode=0o700)
+    claim_state(other)  # the operator's CLI, before it writes a config there
     write_config(other, FULL)
     async with gateway(other):  # gateway B makes its tokens
         pass

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from engine.commands.gatewaydirs import StateDirRefusedError
+from engine.commands.gatewaydirs import StateDirRefusedError, claim
+from engine.config.model import ConfigError
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from tests.attacks.harness import attempt
 from tests.helpers.gateway import FULL, REPO, connect, gateway, write_config
@@ -154,7 +155,7 @@ echo swapped"""
             finally:
                 await client.close()
             await _wait_for(loot)
-    except StateDirRefusedError:  # another account may write it: refused at start, the defence
+    except (StateDirRefusedError, ConfigError):  # another account may write it: refused at start, the defence
         return
     token = read_token(future, OPERATOR_TOKEN_NAME)
     assert token
@@ -291,6 +292,7 @@ async def test_class1_a_recorded_state_dir_inside_an_outside_hostwritable_dir_is
     future = work / "gw-b"
     future.mkdir(mode=0o700)
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
+    claim(os.environ["HOME"], str(future))  # the operator's CLI, before it writes a config there
     write_config(future, FULL)
     async with gateway(future):
         token = read_token(future, OPERATOR_TOKEN_NAME)
@@ -419,7 +421,7 @@ async def test_class1_another_accounts_session_host_gets_no_command(
                 finally:
                     await client.close()
             assert "the-operators-own-command" in result["text"], result  # ran, as a plain child
-        except StateDirRefusedError:  # a state dir another account owns is refused at start (round 16 a)
+        except (StateDirRefusedError, ConfigError):  # another account's dir: refused at start (round 16 a)
             pass
         assert not loot.exists(), loot.read_text()
     finally:
@@ -452,6 +454,9 @@ async def test_class5_the_tree_above_a_state_dir_outside_the_home_is_writable(
         team.chmod(0o755)
         state = team / "gw" / "state"
         state.mkdir(parents=True, mode=0o700)
+        claim(
+            os.environ["HOME"], str(state)
+        )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
         (team / "gw" / "backups").mkdir()
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         details = await attempt(state, f"echo planted > {team}/gw/backups/planted; echo done", config=FULL)
@@ -644,6 +649,9 @@ async def test_class1_a_planted_forwarder_beside_another_gateways_state_dir(
         gw_b = team / "gw-b"
         gw_b.mkdir(mode=0o700)
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(gw_b))
+        claim(
+            os.environ["HOME"], str(gw_b)
+        )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
         write_config(gw_b, FULL)
         async with gateway(gw_b):  # recorded: covered in A's views, its directory fixed in place
             pass
@@ -666,6 +674,7 @@ echo planted"""
         assert "planted" in text or f"{gw_c}’: Read-only file system" in text, text
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(gw_c))
         gw_c.mkdir(mode=0o700, exist_ok=True)  # the operator's, where no plant made it first
+        claim(os.environ["HOME"], str(gw_c))  # (recorded only while it holds nothing)
         write_config(gw_c, FULL)
         async with gateway(gw_c):
             client = await connect(gw_c)
@@ -720,7 +729,7 @@ async def test_class1_the_operators_client_hands_its_token_to_another_accounts_s
     assert made.returncode == 0, made.stderr
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(future))
     write_config(future, FULL)
-    with contextlib.suppress(StateDirRefusedError):  # the gateway's own defence: refused at start
+    with contextlib.suppress(StateDirRefusedError, ConfigError):  # the defence: refused at start
         async with gateway(future):
             pass
     # Whether a gateway ran there or not, that account serves gateway.sock: the operator's client

@@ -20,12 +20,14 @@ import pytest
 from engine import principals, unixsock
 from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
+from engine.config.loader import load_config
+from engine.config.model import ConfigError
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.egress import origin
-from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
+from tests.helpers.gateway import FULL, claim_state, connect, gateway, listed, wait_until, write_config
 from tests.helpers.pending import stored_asks
 
 NOBODY = 65534
@@ -112,6 +114,7 @@ async def test_class7_an_approved_run_that_fills_the_disk_and_is_removed_never_r
         os.mkfifo(gate)
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         state.mkdir(mode=0o700)
+        claim_state(state)  # the operator's CLI, before it writes a config there
         write_config(state, ALLOWLIST + f'hostWritable = ["{work}"]\n')
         command = f"echo ran >> {count}; head -c 64M /dev/zero > {fill}; cat {gate}"
         async with gateway(state):
@@ -172,6 +175,7 @@ async def test_class7_a_foreground_approved_run_whose_end_was_not_saved_runs_aga
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # as the daemon runs them: in the session host
         state.mkdir(mode=0o700)
+        claim_state(state)  # the operator's CLI, before it writes a config there
         write_config(state, ALLOWLIST + f'hostWritable = ["{work}"]\n')
         command = (
             f"mktemp -p {runs} >/dev/null; head -c 64M /dev/zero > {fill} 2>/dev/null; echo end > {gate}"
@@ -242,12 +246,6 @@ async def _pending(operator: Any) -> list[dict[str, Any]]:
     return list(got.get("approvals") or [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold config.toml and exec-approvals.json "
-    "(OPERATOR_MADE) whoever wrote them: a host run (this account's uid) that plants a config in a dir "
-    "it may write decides the policy of the gateway the operator later starts there.",
-)
 async def test_class4_an_unrecorded_state_dir_holding_a_config_a_host_run_planted_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -333,12 +331,6 @@ async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_ta
         return  # refused at start: a dir another account may write never holds the agents' socket
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold exec-approvals.json whoever wrote it: a host "
-    "run that plants an allowlist where the operator later starts a gateway (with a config of their "
-    "own) has its commands run unasked there.",
-)
 async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -379,12 +371,6 @@ async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: $EXECHOST_CONFIG is checked for its file's owner and mode only (following links), never "
-    "judged by who may write the dirs above it: another account that may write its dir links the path to "
-    "another root-owned config (a dev gateway's, security full) and the running gateway reloads it.",
-)
 async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_another_root_file(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -407,16 +393,46 @@ async def test_class4_a_config_in_a_dir_another_account_writes_is_swapped_for_an
     (other / "config.toml").write_text(FULL)  # the operator's other gateway's config
     os.chmod(other / "config.toml", 0o600)
     monkeypatch.setenv("EXECHOST_CONFIG", str(config))
-    async with gateway(state_dir):
-        client = await connect(state_dir, "agent", operator=False)
-        try:
-            before = await client.request("exec", {"command": "id", "workdir": str(root)})
-            assert before["details"]["status"] == "approval-pending"
-            as_nobody(f"mv {q(config)} {q(shared / 'old')} && ln -s {q(other / 'config.toml')} {q(config)}")
-            after = await client.request("exec", {"command": "id", "workdir": str(root)})
-        finally:
-            await client.close()
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir, "agent", operator=False)
+            try:
+                before = await client.request("exec", {"command": "id", "workdir": str(root)})
+                assert before["details"]["status"] == "approval-pending"
+                as_nobody(
+                    f"mv {q(config)} {q(shared / 'old')} && ln -s {q(other / 'config.toml')} {q(config)}"
+                )
+                after = await client.request("exec", {"command": "id", "workdir": str(root)})
+            finally:
+                await client.close()
+    except ConfigError as exc:
+        assert "another account may change" in str(exc), exc
+        return  # refused at start: a config in a dir another account may write is never read
     assert after["details"]["status"] in ("approval-pending", "denied"), after["details"]
+
+
+@needs_root
+async def test_class4_a_config_linked_into_a_dir_another_account_writes_is_refused(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neighbour: $EXECHOST_CONFIG names a link in a dir of the operator's whose target lives in a dir
+    another account may write (a team dir): that account swaps the target as above. The dir the file
+    resolves to is judged as the one holding its name: the config is refused, at start and at reload."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)
+    target = shared / "config.toml"
+    target.write_text(ALLOWLIST)
+    os.chmod(target, 0o600)
+    mine = root / "etc"
+    mine.mkdir(mode=0o700)
+    (mine / "config.toml").symlink_to(target)
+    with pytest.raises(ConfigError, match="another account may change"):
+        load_config(mine / "config.toml", required=True)
+    os.chown(shared, 0, 0)  # the same dir, root's alone: read
+    assert load_config(mine / "config.toml", required=True).exec.security == "allowlist"
 
 
 @pytest.mark.xfail(
@@ -437,11 +453,12 @@ async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covere
     other_home, other_state = root / "h2", root / "s2"
     other_home.mkdir(mode=0o700)
     other_state.mkdir(mode=0o700)
-    write_config(other_state, ALLOWLIST)
     with monkeypatch.context() as other:
         for key, value in (("HOME", other_home), ("EXECHOST_HOST_HOME", other_home)):
             other.setenv(key, str(value))
         other.setenv("OPENCLAW_STATE_DIR", str(other_state))
+        claim_state(other_state)  # B's operator's CLI, in B's home
+        write_config(other_state, ALLOWLIST)
         async with gateway(other_state):
             pass
     token = read_token(other_state, OPERATOR_TOKEN_NAME)
@@ -480,7 +497,6 @@ async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_ev
     other_home, other_state = root / "h2", project / "gw2"
     other_home.mkdir(mode=0o700)
     other_state.mkdir(mode=0o700)
-    write_config(other_state, FULL)
     marker = root / "outside"
 
     def as_other(patch: pytest.MonkeyPatch) -> None:
@@ -490,6 +506,8 @@ async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_ev
 
     with monkeypatch.context() as other:
         as_other(other)
+        claim_state(other_state)  # B's operator's CLI, in B's home
+        write_config(other_state, FULL)
         async with gateway(other_state):
             pass
     write_config(state_dir, FULL + f'hostWritable = ["{project}"]\n')
@@ -590,12 +608,6 @@ def _running_pid(pid: int) -> bool:
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the agents' socket's dir is taken over (chown to agentGroup, chmod 0750) whenever the "
-    "gateway's account owns it: for a root gateway that is /tmp or /run, so `agentSocket = "
-    '"/tmp/agents.sock"` makes the shared sticky dir the gateway\'s and every other account loses it.',
-)
 async def test_class3_an_agents_socket_in_a_shared_sticky_dir_takes_the_dir_over(state_dir: Path) -> None:
     """A root gateway's `agentSocket` directly in a shared sticky dir (a /tmp stand-in): the dir is root's,
     so it counts as the gateway's own and is made 0750 for the agents' group: the sticky, world-writable
@@ -614,12 +626,6 @@ async def test_class3_an_agents_socket_in_a_shared_sticky_dir_takes_the_dir_over
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777, oct(os.stat(shared).st_mode)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (a limit docs/SECURITY.md states): a recorded state dir that holds the view's own is "
-    "never covered (others() skips it: a cover would hide the view's own); a dev gateway whose "
-    "state dir is inside the main one's shows its host runs the main gateway's tokens.",
-)
 async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -630,6 +636,7 @@ async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
     root = state_dir.parent
     main, dev = root / "main", root / "main" / "dev"
     main.mkdir(mode=0o700)
+    claim_state(main)  # the operator's CLI, before it writes a config there
     write_config(main, ALLOWLIST)
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(main))
     async with gateway(main):
@@ -643,9 +650,12 @@ async def test_class1_a_state_dir_holding_this_gateways_own_is_not_covered(
     async with gateway(dev):
         client = await connect(dev, "agent", operator=False)
         try:
-            got = await client.request("exec", {"command": f"cat {main}/operator.json", "workdir": str(root)})
+            got = await client.request(
+                "exec", {"command": f"cat {main}/operator.json; echo ran-$?", "workdir": str(root)}
+            )
         finally:
             await client.close()
+    assert "ran-" in got["text"], got  # the run ran in its view (the cover hid nothing it needs)
     assert token not in got["text"], "a host run of the dev gateway read the main gateway's operator token"
 
 

@@ -18,7 +18,7 @@ from engine.commands import gatewaydirs, hostoutside
 from engine.sandbox import landlock, staticbuild
 from tests.attacks.harness import attempt
 from tests.helpers.bwrap import needs_bwrap
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import claim_state, connect, gateway, write_config
 from tests.helpers.sshd import SshdNode, ssh_agent
 
 pytestmark = needs_bwrap
@@ -40,6 +40,7 @@ def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))  # the home host views protect
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    claim_state(root / "state")  # made here as the operator would: recorded before a config is written
     yield root
     shutil.rmtree(root, ignore_errors=True)
 

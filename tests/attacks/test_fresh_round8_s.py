@@ -16,7 +16,7 @@ import pytest
 
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.bwrap import needs_bwrap
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import claim_state, connect, gateway, wait_until, write_config
 
 pytestmark = needs_bwrap
 
@@ -37,6 +37,7 @@ async def _always_then_again(
     """Ask for `command`, have the operator answer allow-always, wait for the approved run (it makes `ran`),
     let the agent `rewrite()` its files, and run `command` again: its result's details (None when
     allow-always is not offered: nothing can be saved, the operator decides each run)."""
+    claim_state(state)  # the operator's CLI, before it writes a config there
     write_config(state, ALLOWLIST)
     async with gateway(state):
         client = await connect(state)
@@ -182,6 +183,7 @@ async def test_class5_bash_plus_s_reads_its_program_from_stdin(tmp_path: Path, t
     took `+s` for an option turned off and the file for the program: allow-always bound the root-owned
     script's digest, and a background run under it ran whatever the agent wrote to its stdin."""
     command = f"bash +s {_system_script()}"
+    claim_state(tmp_path)  # the operator's CLI, before it writes a config there
     write_config(tmp_path, ALLOWLIST)
     marker = tree / "marker"
     async with gateway(tmp_path):
@@ -239,6 +241,7 @@ async def test_class2_a_64_bit_command_hash_collision_runs_another_command_unask
     _VICTIM.mkdir()
     (_VICTIM / "keep").write_text("the operator's file\n")
     try:
+        claim_state(tmp_path)  # the operator's CLI, before it writes a config there
         write_config(tmp_path, ALLOWLIST)
         async with gateway(tmp_path):
             client = await connect(tmp_path)
@@ -270,6 +273,7 @@ async def test_class5_glob_expansion_lists_what_the_host_view_covers(
     (root / "agent-other" / "secret-plan-q3.txt").write_text("theirs\n")
     work = tree / "work"
     work.mkdir()
+    claim_state(tmp_path)  # the operator's CLI, before it writes a config there
     write_config(tmp_path, ALLOWLIST + f'\n[agents.defaults.sandbox]\nworkspaceRoot = "{root}"\n')
     async with gateway(tmp_path):
         agent = await connect(tmp_path, operator=False)
@@ -306,6 +310,7 @@ async def test_class5_node_resolving_a_missing_name_to_name_js_offers_no_allow_a
     """`node app` runs app.js (node's main resolution adds the extension): the binder records `app` as
     absent, and bindproof refuses to call that bound, so only allow-once is offered."""
     (tree / "app.js").write_text("console.log('app.js')\n")
+    claim_state(tmp_path)  # the operator's CLI, before it writes a config there
     write_config(tmp_path, ALLOWLIST)
     async with gateway(tmp_path):
         client = await connect(tmp_path)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.commands import gatewaydirs
 from engine.protocol.frames import RemoteError
 from tests.attacks.harness import ALLOWLIST, attempt
 from tests.helpers.gateway import FULL, gateway, write_config
@@ -26,6 +27,9 @@ async def test_another_gateways_state_dir_inside_a_host_writable_dir_is_covered(
     work.mkdir()
     other = work / ".exechost-b"
     other.mkdir(mode=0o700)
+    gatewaydirs.claim(
+        str(home), str(other)
+    )  # the operator's CLI claims a new dir before writing its config (fresh round 17 c)
     write_config(other, FULL)
     async with gateway(other):
         pass

@@ -13,7 +13,7 @@ import pytest
 from engine.config.loader import load_config
 from engine.tools.exec_host import host_outside, private_source
 from engine.tools.exec_request import ExecContext
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import claim_state, connect, gateway, write_config
 from tests.helpers.sshd import SshdNode
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -65,6 +65,7 @@ async def test_a_workdir_in_a_private_dir_on_a_node_is_the_calling_gateways_own(
     other = state_dir.parent / "s2"
     other.mkdir(mode=0o700)
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(other))
+    claim_state(other)  # the operator's CLI, before it writes a config there
     write_config(other, FULL_HOST.replace('"gateway"', '"node"') + nodes)
     async with gateway(other):
         seen = await _exec(other, "cat a10-owner; echo > planted-by-b; echo end", **node)

@@ -38,6 +38,15 @@ def list_agents(state: Path, *agents: str) -> None:
         write_config(state, (path.read_text() if path.exists() else "") + listed(*agents))
 
 
+def claim_state(state: Path) -> None:
+    """What the operator's CLI does before it writes a new state dir (engine.commands.gatewaydirs.claim):
+    an empty or missing one is recorded, so a gateway adopts it with the config written after; an
+    unrecorded dir already holding anything, a config too, is refused at start (fresh round 17 c)."""
+    from engine.commands import gatewaydirs
+
+    gatewaydirs.claim(os.environ["HOME"], str(state))
+
+
 def write_config(state: Path, text: str) -> None:
     path = state / "config.toml"
     path.write_text(text)
