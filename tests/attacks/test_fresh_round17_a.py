@@ -725,15 +725,6 @@ _FILE_CAP_PROBE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a root gateway's host run may give a file it writes capabilities (setxattr "
-    "security.capability: its runs keep CAP_SETFCAP) or make a device node (CAP_MKNOD: a 0666 node of the "
-    "root disk is every account's disk): 51bccef1 refused set-id modes in the host runs' filter, not "
-    "these, so an approved script or an allowlisted setcap/`tar --xattrs` leaves a "
-    "cap_setuid+ep program in the agent's hostWritable dir for any local account that reaches it (the "
-    "sandboxes make none: test_sandbox_docker_confine's no set-id file nor file capabilities)",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's runs hold CAP_SETFCAP")
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="the probe runs /usr/bin/python3")
 @pytest.mark.parametrize("what", ["capability", "device"])
@@ -762,15 +753,26 @@ async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(
         assert not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)), f"{planted} is a device node on the host"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a root gateway's host runs may write the host's sysctls: the view's fresh /proc covers "
-    "/proc/sys read-only only when access(\"/proc/sys\", W_OK) succeeds (hostenter's loop, as bwrap's "
-    "--proc), and procfs answers EACCES for its root sysctl dir even to root, so the cover is skipped. "
-    "An approved or full-security run (a build's recipe, a script) opens kernel.core_pattern for writing; "
-    "`|/agent/dir/x.sh` there runs the agent's script as root outside every namespace at the next crash "
-    "(the word check asks only when a word names /proc)",
-)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's runs are root's")
+async def test_class1_a_root_host_runs_capabilities_make_no_file_more_than_its_mode(state_dir: Path) -> None:
+    """The variant by any call or program (fsetxattr, setxattrat, tar, cp -a, a program's own file
+    capabilities at exec): CAP_SETFCAP and CAP_MKNOD are in none of the run's sets, bounding included."""
+    details = await attempt(
+        state_dir,
+        "grep ^Cap /proc/self/status",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+    )
+    assert details["status"] == "completed", details["_text"]
+    sets = dict(
+        line.split(":", 1) for line in details["_text"].splitlines() if line.startswith("Cap") and ":" in line
+    )
+    assert {"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"} <= set(sets), details["_text"]
+    for name, value in sets.items():
+        held = int(value.strip(), 16)
+        assert not held & (1 << 31), f"{name} holds CAP_SETFCAP"
+        assert not held & (1 << 27), f"{name} holds CAP_MKNOD"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
 async def test_class1_a_root_host_run_opens_kernel_core_pattern_for_writing(state_dir: Path) -> None:
     """Opened and closed, nothing written: tee reads an empty stdin, so the host's core_pattern is left
