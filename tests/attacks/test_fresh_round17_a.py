@@ -157,14 +157,6 @@ async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the engines' state dirs are covered by path (enginestate.KNOWN and the daemon's "
-    "data-root), so the same tree under a second name is shown: Docker's storage moved to a bigger disk "
-    "by a bind mount (/data/docker bound at /var/lib/docker, the common recipe) leaves "
-    "/data/docker/containers/<id>/config.v2.json, another agent's docker.env, to agent main's "
-    "allowlisted grep",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search the engine's dirs")
 async def test_class1_the_engines_records_under_a_second_name_are_a_host_runs(state_dir: Path) -> None:
     image = build_test_image()
