@@ -562,18 +562,18 @@ def _has_image(name: str) -> bool:
     return True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the helpers' build lock (<state>/sandbox-bin/.exechost-landlock.lock, 0600, the gateway's) "
-    "sits in the bin dir every sandbox mounts at /.exechost-bin, and flock needs only a read fd: a Docker "
-    "sandbox (uid 0 under a root gateway, the file's owner by DAC) or a non-root gateway's bwrap sandbox "
-    "holds it, and the next build (an upgrade's, a missing helper's) blocks every agent's sandbox start",
-)
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap (its landlock helper makes the lock)")
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox (uid 0)")
 async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) -> None:
+    """The helpers' build lock was <state>/sandbox-bin/.exechost-landlock.lock, 0600, the gateway's, in the
+    bin dir every sandbox mounts at /.exechost-bin, and flock needs only a read fd: a Docker sandbox (uid 0
+    under a root gateway, the file's owner by DAC) or a non-root gateway's bwrap sandbox held it, and the
+    next build (an upgrade's, a missing helper's) blocked every agent's sandbox start. Here the sandbox
+    locks every file it sees there; the locks the gateway's builds take stay free."""
     import fcntl
 
+    from engine.sandbox import landlock, staticbuild
+    from engine.sandbox.egress import forwarder
     from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
     if not _has_image(DEBIAN_IMAGE):
@@ -585,21 +585,20 @@ async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) ->
         f'sandbox.docker.image = "{DEBIAN_IMAGE}"\n'
     )
     write_config(state_dir, config)
-    lock = state_dir / "sandbox-bin" / ".exechost-landlock.lock"
+    every = (
+        'n=0; for f in /.exechost-bin/* /.exechost-bin/.[!.]*; do [ -f "$f" ] || continue; n=$((n+1)); '
+        '(flock -x 9 && echo "held $f" && exec sleep 600) 9<"$f" & done; echo "files $n"; wait'
+    )
     try:
         async with gateway(state_dir):
             client = await connect(state_dir)
             try:
                 await client.request("exec", {"command": "true", "agentId": "main"})  # (builds the helper)
-                assert lock.exists()
+                locks = [staticbuild.lock_path(landlock.binary_path())]
+                locks += [staticbuild.lock_path(forwarder.binary_path())]
+                assert locks[0].exists()
                 started = await client.request(
-                    "exec",
-                    {
-                        "command": "exec 9</.exechost-bin/.exechost-landlock.lock && flock -x 9 && echo held "
-                        "&& exec sleep 600",
-                        "agentId": "ops",
-                        "background": True,
-                    },
+                    "exec", {"command": every, "agentId": "ops", "background": True}
                 )
                 session = started["details"]["sessionId"]
 
@@ -607,24 +606,30 @@ async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) ->
                     log = await client.request(
                         "process", {"action": "log", "sessionId": session, "agentId": "ops"}
                     )
-                    return "held" in str(log.get("text", ""))
+                    text = str(log.get("text", ""))
+                    files = [w.split()[1] for w in text.splitlines() if w.startswith("files ")]
+                    return bool(files) and text.count("held ") == int(files[0]) > 0
 
                 await wait_until(held, timeout=30)
-                fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the gateway's next build takes
-                    free = True
-                except BlockingIOError:
-                    free = False
-                finally:
-                    os.close(fd)
+                free = []
+                for path in locks:
+                    if not path.exists():
+                        continue
+                    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the gateway's next build takes
+                        free.append(True)
+                    except BlockingIOError:
+                        free.append(False)
+                    finally:
+                        os.close(fd)
             finally:
                 await client.close()
     finally:
         for c in docker_ops.list_sandboxes():
             docker_ops.remove(c["Id"])
         bwrap.remove_all()
-    assert free, "agent ops's sandbox holds the lock every helper build of the gateway waits on"
+    assert free and all(free), "agent ops's sandbox holds a lock every helper build of the gateway waits on"
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
