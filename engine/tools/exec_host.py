@@ -90,11 +90,7 @@ def host_outside(
         files=tuple(sorted(os.path.abspath(p) for p in read)),
         writable=kept,
         refused=refused,
-        writable_anywhere=tuple(
-            dict.fromkeys(
-                p for e in (config.exec, *map(config.exec_for, config.agents)) for p in e.host_writable
-            )
-        ),
+        writable_anywhere=writable_anywhere(config),
         workdir=workdir,
         covered=(roots := workspace_roots(config))
         + tuple(dict.fromkeys([*creds, *their_creds]))
@@ -108,6 +104,25 @@ def host_outside(
         net_agent=space if config.exec_for(agent_id).host_network == hostnet.OWN else None,
         chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
+
+
+def writable_anywhere(config: Config) -> tuple[str, ...]:
+    """Every agent's hostWritable root the config names, and every present one a config of this account
+    named before (engine.commands.gatewaydirs: recorded at first use): a retired agent's dir keeps what its
+    runs wrote and stays covered in every view (fresh round 17 a). A recorded root that holds, or is in, one
+    the config names now is left to the config's word for that tree."""
+    named = list(
+        dict.fromkeys(p for e in (config.exec, *map(config.exec_for, config.agents)) for p in e.host_writable)
+    )
+    home = home_dir()
+    gatewaydirs.record_writable(home, named)
+    now = [os.path.realpath(os.path.expanduser(p)) for p in named]
+    retired = [
+        r
+        for r in gatewaydirs.recorded_writable(home)
+        if not any(inside(r, n) or inside(n, r) for n in now) and os.path.isdir(r)
+    ]
+    return (*named, *retired)
 
 
 def config_secrets(config: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:

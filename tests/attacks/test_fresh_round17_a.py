@@ -685,13 +685,6 @@ async def test_class1_the_home_layer_puts_no_mount_of_the_state_dir_above_its_co
     assert "ops-secret" not in seen["text"] and "sb-secret" not in seen["text"], seen["text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an agent's hostWritable dirs are covered in other agents' views only while the config "
-    "lists them: once the operator retires agent ops (its [[agents.list]] entry removed), ~/ops-work with "
-    "everything ops left there is every other agent's to read; sandbox workspace roots got a record of "
-    "every root ever used (round 15 b), hostWritable roots got none",
-)
 async def test_class1_a_retired_agents_project_dir_is_every_agents_to_read(state_dir: Path) -> None:
     home = state_dir.parent / "h"
     work = home / "ops-work"
@@ -706,6 +699,29 @@ async def test_class1_a_retired_agents_project_dir_is_every_agents_to_read(state
     retired = await attempt(state_dir, f"cat {work}/notes.txt", allow=[("/usr/bin/cat", None)])
     assert retired["status"] != "approval-pending", retired["_text"]
     assert "ops-private" not in retired["_text"], "agent main reads what retired agent ops left in its dir"
+
+
+async def test_class1_a_retired_agents_dir_outside_the_home_is_every_agents_to_read(state_dir: Path) -> None:
+    """The neighbour outside the home (a project under /srv, shown read-only to every run but for the
+    covers): retired, it stays covered, as in the home; the agent still listed keeps its own."""
+    work = state_dir.parent / "ops-out"
+    mine = state_dir.parent / "main-out"
+    for d, text in ((work, "ops-private-5582\n"), (mine, "main-own-5583\n")):
+        d.mkdir(mode=0o755)
+        (d / "notes.txt").write_text(text)
+        (d / "notes.txt").chmod(0o644)
+    base = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'\n[[agents.list]]\nid = "main"\ntools.exec.hostWritable = ["{mine}"]\n'
+    )
+    with_ops = base + f'\n[[agents.list]]\nid = "ops"\ntools.exec.hostWritable = ["{work}"]\n'
+    allow = [("/usr/bin/cat", None)]
+    control = await attempt(state_dir, f"cat {work}/notes.txt", allow=allow, config=with_ops)
+    assert control["status"] != "approval-pending" and "ops-private" not in control["_text"], control
+    retired = await attempt(state_dir, f"cat {work}/notes.txt {mine}/notes.txt", allow=allow, config=base)
+    assert retired["status"] != "approval-pending", retired["_text"]
+    assert "ops-private" not in retired["_text"], "agent main reads what retired agent ops left in its dir"
+    assert "main-own-5583" in retired["_text"], retired["_text"]
 
 
 # security.capability, VFS_CAP_REVISION_2 with the effective flag: CAP_SETUID (7) permitted and effective;
