@@ -638,6 +638,8 @@ def joined(prefix: list[str] | tuple[str, ...], outside: Outside) -> list[str]:
     join = [helper, "join", outside.join_tasks, "--"]
     if outside.join_memory:  # (`join` writes 0 to any hierarchy's `tasks`: one more exec, ~0.5 ms)
         join += [helper, "join", outside.join_memory, "--"]
+    if outside.join_cpu:  # (its agent's share of the CPU: engine.sandbox.hostcpu)
+        join += [helper, "join", outside.join_cpu, "--"]
     if is_wrapped(prefix):
         return [*prefix[:2], *join, *prefix[2:]]
     return [*join, *prefix]

@@ -442,24 +442,23 @@ async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path
     assert "aio made" not in details["_text"], "a host run made an AIO context of the host's count"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a gateway-host run gets no CPU share of its agent's: it stays in the gateway's own cpu "
-    "cgroup (no group per agent, no quota, no shares), so one agent's 64 sessions of an allowlisted, "
-    "tree-safe `yes > /dev/null` take 64 parts of every core against the gateway's one (its event loop, "
-    "every other agent's runs, the operator's console); Docker sandboxes have `cpus`, host runs nothing",
-)
 @pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu").is_dir(), reason="a v1 cpu hierarchy")
-async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path) -> None:
+@pytest.mark.parametrize("view", ["", 'hostView = "none"\n'], ids=["view", "no-view"])
+async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path, view: str) -> None:
+    """With the host view or without it (hostView = "none": the operator's to drop, the agent's share is
+    not); and the operator's own run is in a group of its own too, not agent main's."""
     from tests.helpers.gateway import connect, gateway, write_config
 
-    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + view)
     async with gateway(state_dir):
         client = await connect(state_dir, operator=False)  # agent main, by the gateway token
+        op = await connect(state_dir)
         try:
             result = await client.request("exec", {"command": "cat /proc/self/cgroup"})
+            operators = await op.request("exec", {"command": "cat /proc/self/cgroup"})
         finally:
             await client.close()
+            await op.close()
 
     def cpu_group(text: str) -> str:
         for line in text.splitlines():
@@ -470,6 +469,8 @@ async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path) -> Non
 
     run, own = cpu_group(result["text"]), cpu_group(Path("/proc/self/cgroup").read_text())
     assert run and run != own, f"agent main's host run shares the gateway's own cpu group {own!r}"
+    theirs = cpu_group(operators["text"])
+    assert theirs and theirs not in (own, run), f"the operator's run is in {theirs!r}"
 
 
 def _ls_columns(where: Path, columns: str | None) -> subprocess.CompletedProcess[bytes]:
