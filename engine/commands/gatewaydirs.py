@@ -52,7 +52,8 @@ NAME = ".exechost-gateways"
 ROOT_PREFIX = "w-"  # an entry naming a sandbox workspace root, not a state dir
 HIDDEN_PREFIX = "h-"  # a file a gateway's config names (a node's key, an agent socket): hidden
 COVERED_PREFIX = "c-"  # a dir of the engine's client keys a gateway uses: covered
-_PREFIXES = (ROOT_PREFIX, HIDDEN_PREFIX, COVERED_PREFIX)
+WRITABLE_PREFIX = "a-"  # an agent's hostWritable root: covered in other agents' views after it is retired
+_PREFIXES = (ROOT_PREFIX, HIDDEN_PREFIX, COVERED_PREFIX, WRITABLE_PREFIX)
 TRUST_ENV = "EXECHOST_TRUST_STATE_DIR"  # the operator's word: adopt this unrecorded state dir
 _Read = dict[str, tuple[str, ...]]
 _cache: dict[str, tuple[tuple[int, int, int], _Read]] = {}
@@ -87,6 +88,26 @@ def record_root(home: str, root: str) -> None:
         return
     record(home, root, prefix=ROOT_PREFIX)
     _roots_done.add(key)
+
+
+_writable_done: set[tuple[str, str]] = set()
+
+
+def record_writable(home: str, roots: Iterable[str]) -> None:
+    """Record each agent's hostWritable root a config names (once per process and root, resolved): an
+    agent retired from the config leaves its dir and what its runs wrote there, and every other agent's
+    view still covers it (fresh round 17 a), as a retired sandbox workspace root stays covered."""
+    for root in roots:
+        key = (home, os.path.realpath(os.path.expanduser(root)))
+        if key in _writable_done:
+            continue
+        record(home, key[1], prefix=WRITABLE_PREFIX)
+        _writable_done.add(key)
+
+
+def recorded_writable(home: str) -> tuple[str, ...]:
+    """Every hostWritable root recorded for this account (resolved paths, present or not)."""
+    return _read(home).get(WRITABLE_PREFIX, ())
 
 
 def record(home: str, state: str, *, prefix: str = "", resolve: bool = True) -> None:

@@ -33,6 +33,8 @@ class Outside:
     join_tasks: str | None = None
     # the `tasks` file of the agent's memory cgroup, joined after the pids one (its share of the host's RAM)
     join_memory: str | None = None
+    # the `tasks` file of the agent's cpu cgroup, joined after the memory one (its share of the CPU)
+    join_cpu: str | None = None
     # (source, destination): the agent's own /tmp, /var/tmp, ... (engine.commands.hostprivate)
     private: tuple[tuple[str, str], ...] = ()
     # the workdir as the run names it, when it is in the agent's private copy (its host path is there)

@@ -100,6 +100,11 @@ RESTORE = f"--default-signal={_TERMINAL}"
 # video, audio, the webcam, a FIDO key), each an allowlisted `cat`'s (fresh round 13 b).
 DEV_OPS = ("--dev", "/dev", "--dev-bind", "/dev/pts", "/dev/pts")
 PID_OPS = ("--unshare-pid", "--unshare-ipc", "--proc", "/proc")
+# A root gateway's run with no helper, as exechost-hostenter makes it otherwise (fresh round 17 a): /proc/sys
+# read-only whatever access() says (bwrap's --proc skips it: procfs answers EACCES for that directory even
+# to root, whose sysctls under it are writable), and no CAP_SETFCAP nor CAP_MKNOD (no file capability, no
+# device node left on the host). A non-root gateway's runs hold no capability and write no host sysctl.
+ROOT_OPS = ("--ro-bind", "/proc/sys", "/proc/sys", "--cap-drop", "CAP_SETFCAP", "--cap-drop", "CAP_MKNOD")
 # A wrapped run with no status pipe whose command died of one of these is reported as that signal (bwrap
 # says 128+n); with one, the command's own status is read (engine.sessions.host_io, the same words).
 _REPORTED = (signal.SIGINT, signal.SIGQUIT)
@@ -618,7 +623,9 @@ def pid_ops() -> tuple[str, ...]:
     """PID_OPS for a run's own bwrap: with the helper, its `status` mode (tail) is the namespace's pid 1
     (`--as-pid-1`: it reaps, as bwrap's reaper would) and holds nothing of the run's open before the
     command starts, so the command is pid 2 with parent 1, as in the kept view."""
-    return (*PID_OPS, "--as-pid-1") if hostkeeper.helper_path() is not None else PID_OPS
+    if hostkeeper.helper_path() is not None:  # (its check-cwd covers /proc/sys and drops them, as `enter`)
+        return (*PID_OPS, "--as-pid-1")
+    return (*PID_OPS, *ROOT_OPS) if os.geteuid() == 0 else PID_OPS
 
 
 def joined(prefix: list[str] | tuple[str, ...], outside: Outside) -> list[str]:
@@ -631,6 +638,8 @@ def joined(prefix: list[str] | tuple[str, ...], outside: Outside) -> list[str]:
     join = [helper, "join", outside.join_tasks, "--"]
     if outside.join_memory:  # (`join` writes 0 to any hierarchy's `tasks`: one more exec, ~0.5 ms)
         join += [helper, "join", outside.join_memory, "--"]
+    if outside.join_cpu:  # (its agent's share of the CPU: engine.sandbox.hostcpu)
+        join += [helper, "join", outside.join_cpu, "--"]
     if is_wrapped(prefix):
         return [*prefix[:2], *join, *prefix[2:]]
     return [*join, *prefix]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import bwrapmemory
+from engine.sandbox import bwrapmemory, hostcpu
 from engine.sandbox.bwraprecords import list_sandboxes, runtime_dir
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, HOST_GROUP, INSTALL_PIDS_SHARE, KEPT_GROUPS, made
@@ -179,6 +179,7 @@ def drop_host_groups() -> None:
         for group in [*install.glob(f"*/{HOST_GROUP}"), *install.glob("*"), install, operator]:
             with contextlib.suppress(OSError):
                 group.rmdir()
+    hostcpu.drop_groups()  # (the cpu hierarchy's, engine.sandbox.hostcpu)
 
 
 def kill_host_group(agent_id: str, rounds: int = 64) -> int:

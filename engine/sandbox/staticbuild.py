@@ -22,6 +22,13 @@ def _thread_lock(target: Path) -> threading.Lock:
         return _LOCKS.setdefault(target, threading.Lock())
 
 
+def lock_path(target: Path) -> Path:
+    """The file builders of `target` lock: beside the bin dir (in the state dir), never in it. Every sandbox
+    mounts the bin dir, and flock needs only a read fd: a sandbox held the lock in there and the next build
+    (an upgrade's, a missing helper's) blocked every agent's sandbox start (fresh round 17 a)."""
+    return target.parent.parent / f".build-{target.name}.lock"
+
+
 def current(target: Path, stamp: Path, digest: str) -> bool:
     """Whether `target` is built from the source whose digest is `digest`."""
     try:
@@ -49,8 +56,7 @@ def build(compiler: str, source: Path, target: Path, stamp: Path, digest: str) -
     """Build `source` into `target` and record `digest` in `stamp`, unless another builder just did; None when
     done, else the compiler's complaint."""
     with _thread_lock(target):
-        lock_path = target.with_name(f".{target.name}.lock")
-        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock_fd = os.open(lock_path(target), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             if current(target, stamp, digest):

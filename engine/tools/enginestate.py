@@ -60,7 +60,94 @@ def state_dirs(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
         if real in (os.sep, home) or (home + os.sep).startswith(real + os.sep) or real in found:
             continue
         found.append(real)
+    for alias in _other_names(found):
+        if alias in (os.sep, home) or (home + os.sep).startswith(alias + os.sep) or alias in found:
+            continue
+        found.append(alias)
     return tuple(sorted(found))
+
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def _other_names(dirs: list[str]) -> list[str]:
+    """Every other name the mount table gives those dirs' trees (fresh round 17 a): a bind of the same
+    filesystem whose root is in such a tree (Docker's disk bound under an operator's name) or holds it
+    (/data/docker bound at /var/lib/docker leaves /data/docker, the same files, on the root mount). By the
+    mounts' device and root, not by any name: whatever path a bind gives the engine's records, it is
+    covered as the known name is. A name missing or no longer a directory is left out."""
+    mounts = _mounts()
+    out: list[str] = []
+    for path in dirs:
+        own = _mount_of(path, mounts)
+        if own is None:
+            continue
+        dev, root, point = own
+        tail = os.path.relpath(path, point)
+        fsroot = os.path.normpath(os.path.join(root, tail)) if tail != "." else root
+        for m_dev, m_root, m_point in mounts:
+            if m_dev != dev or _inside(m_point, path):
+                continue
+            if _inside(m_root, fsroot):  # (the bind shows part or all of the tree)
+                shown = os.path.normpath(os.path.join(path, os.path.relpath(m_root, fsroot)))
+                if _same_dir(m_point, shown):  # (and is what is seen there: not mounted over)
+                    out.append(m_point)
+            elif _inside(fsroot, m_root):  # (the bind holds the tree, under its own name)
+                alias = os.path.normpath(os.path.join(m_point, os.path.relpath(fsroot, m_root)))
+                if alias != path and _same_dir(alias, path):
+                    out.append(alias)
+    return out
+
+
+def _mounts() -> list[tuple[str, str, str]]:
+    """(major:minor, root in its filesystem, mount point) of every mount this process sees."""
+    try:
+        with open(MOUNTINFO, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:
+            out.append((fields[2], _unescape(fields[3]), _unescape(fields[4])))
+    return out
+
+
+def _mount_of(path: str, mounts: list[tuple[str, str, str]]) -> tuple[str, str, str] | None:
+    """The mount `path` is on: the last mounted at the longest mount point holding it."""
+    best: tuple[str, str, str] | None = None
+    for m in mounts:
+        if _inside(path, m[2]) and (best is None or len(m[2]) >= len(best[2])):
+            best = m
+    return best
+
+
+def _inside(path: str, top: str) -> bool:
+    return top == os.sep or path == top or path.startswith(top + os.sep)
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _unescape(field: str) -> str:
+    """mountinfo's octal escapes (\\040 for a space, \\011, \\012, \\134) decoded."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
 
 
 def _docker_daemon_roots(env: Mapping[str, str]) -> list[str]:

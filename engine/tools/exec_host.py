@@ -32,7 +32,7 @@ from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate, private_binds
 from engine.results import ToolError
-from engine.sandbox import bwraplimits
+from engine.sandbox import bwraplimits, hostcpu
 from engine.statefs import state_dir
 from engine.tools import enginestate
 from engine.unixsock import PeerInfo
@@ -90,11 +90,7 @@ def host_outside(
         files=tuple(sorted(os.path.abspath(p) for p in read)),
         writable=kept,
         refused=refused,
-        writable_anywhere=tuple(
-            dict.fromkeys(
-                p for e in (config.exec, *map(config.exec_for, config.agents)) for p in e.host_writable
-            )
-        ),
+        writable_anywhere=writable_anywhere(config),
         workdir=workdir,
         covered=(roots := workspace_roots(config))
         + tuple(dict.fromkeys([*creds, *their_creds]))
@@ -102,12 +98,32 @@ def host_outside(
         + engine_state(writable),
         join_tasks=_join_tasks(owner or agent_id, operator=operator),
         join_memory=_join_memory(owner or agent_id, operator=operator),
+        join_cpu=_join_cpu(owner or agent_id, operator=operator),
         private=private,
         # the agent's own network namespace, keyed as its private dirs are (engine.commands.hostnet): the
         # operator's own for its call (`hostnet._operator`, egress under the defaults' [sandbox.egress])
         net_agent=space if config.exec_for(agent_id).host_network == hostnet.OWN else None,
         chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
+
+
+def writable_anywhere(config: Config) -> tuple[str, ...]:
+    """Every agent's hostWritable root the config names, and every present one a config of this account
+    named before (engine.commands.gatewaydirs: recorded at first use): a retired agent's dir keeps what its
+    runs wrote and stays covered in every view (fresh round 17 a). A recorded root that holds, or is in, one
+    the config names now is left to the config's word for that tree."""
+    named = list(
+        dict.fromkeys(p for e in (config.exec, *map(config.exec_for, config.agents)) for p in e.host_writable)
+    )
+    home = home_dir()
+    gatewaydirs.record_writable(home, named)
+    now = [os.path.realpath(os.path.expanduser(p)) for p in named]
+    retired = [
+        r
+        for r in gatewaydirs.recorded_writable(home)
+        if not any(inside(r, n) or inside(n, r) for n in now) and os.path.isdir(r)
+    ]
+    return (*named, *retired)
 
 
 def config_secrets(config: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -148,15 +164,25 @@ def _join_memory(agent_id: str, *, operator: bool = False) -> str | None:
     return str(group / "tasks") if group is not None else None
 
 
+def _join_cpu(agent_id: str, *, operator: bool = False) -> str | None:
+    """The `tasks` file of the cpu cgroup the run joins after the memory one (fresh round 17 a: runs
+    stayed in the gateway's own cpu group, and one agent's busy runs took the cores from the gateway and
+    every other principal): the agent's, with its Docker sandboxes' parent; the operator's own for the
+    operator's. None where no v1 cpu hierarchy is writable."""
+    group = hostcpu.operator_cpu_group() if operator else hostcpu.host_cpu_group(agent_id)
+    return str(group / "tasks") if group is not None else None
+
+
 def capped(argv: list[str], agent_id: str, *, operator: bool = False) -> list[str]:
     """A gateway-host run without the host view (hostView = "none") joins its agent's pids cgroup too:
     the view is the operator's to drop, the agent's share of the host's processes is not (round 8 o).
     Then the cgroup hierarchies are read-only for it (exechost-hostenter `ro-cgroups`, as in every view):
     the groups are the gateway uid's files, and the run could otherwise leave its group or join another
-    agent's (fresh round 10 b). Its memory cgroup too (_join_memory)."""
+    agent's (fresh round 10 b). Its memory and cpu cgroups too (_join_memory, _join_cpu)."""
     outside = Outside(
         join_tasks=_join_tasks(agent_id, operator=operator),
         join_memory=_join_memory(agent_id, operator=operator),
+        join_cpu=_join_cpu(agent_id, operator=operator),
     )
     helper = hostkeeper.helper_path()
     if outside.join_tasks and helper is not None:

@@ -157,14 +157,6 @@ async def _two_agents(state: Path, config: str, calls: list[tuple[str, str, dict
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the engines' state dirs are covered by path (enginestate.KNOWN and the daemon's "
-    "data-root), so the same tree under a second name is shown: Docker's storage moved to a bigger disk "
-    "by a bind mount (/data/docker bound at /var/lib/docker, the common recipe) leaves "
-    "/data/docker/containers/<id>/config.v2.json, another agent's docker.env, to agent main's "
-    "allowlisted grep",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway: its host runs may search the engine's dirs")
 async def test_class1_the_engines_records_under_a_second_name_are_a_host_runs(state_dir: Path) -> None:
     image = build_test_image()
@@ -450,24 +442,23 @@ async def test_class3_a_host_run_may_take_the_hosts_aio_contexts(state_dir: Path
     assert "aio made" not in details["_text"], "a host run made an AIO context of the host's count"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a gateway-host run gets no CPU share of its agent's: it stays in the gateway's own cpu "
-    "cgroup (no group per agent, no quota, no shares), so one agent's 64 sessions of an allowlisted, "
-    "tree-safe `yes > /dev/null` take 64 parts of every core against the gateway's one (its event loop, "
-    "every other agent's runs, the operator's console); Docker sandboxes have `cpus`, host runs nothing",
-)
 @pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu").is_dir(), reason="a v1 cpu hierarchy")
-async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path) -> None:
+@pytest.mark.parametrize("view", ["", 'hostView = "none"\n'], ids=["view", "no-view"])
+async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path, view: str) -> None:
+    """With the host view or without it (hostView = "none": the operator's to drop, the agent's share is
+    not); and the operator's own run is in a group of its own too, not agent main's."""
     from tests.helpers.gateway import connect, gateway, write_config
 
-    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + view)
     async with gateway(state_dir):
         client = await connect(state_dir, operator=False)  # agent main, by the gateway token
+        op = await connect(state_dir)
         try:
             result = await client.request("exec", {"command": "cat /proc/self/cgroup"})
+            operators = await op.request("exec", {"command": "cat /proc/self/cgroup"})
         finally:
             await client.close()
+            await op.close()
 
     def cpu_group(text: str) -> str:
         for line in text.splitlines():
@@ -478,6 +469,8 @@ async def test_class3_a_host_runs_cpu_is_no_agents_share(state_dir: Path) -> Non
 
     run, own = cpu_group(result["text"]), cpu_group(Path("/proc/self/cgroup").read_text())
     assert run and run != own, f"agent main's host run shares the gateway's own cpu group {own!r}"
+    theirs = cpu_group(operators["text"])
+    assert theirs and theirs not in (own, run), f"the operator's run is in {theirs!r}"
 
 
 def _ls_columns(where: Path, columns: str | None) -> subprocess.CompletedProcess[bytes]:
@@ -570,18 +563,18 @@ def _has_image(name: str) -> bool:
     return True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the helpers' build lock (<state>/sandbox-bin/.exechost-landlock.lock, 0600, the gateway's) "
-    "sits in the bin dir every sandbox mounts at /.exechost-bin, and flock needs only a read fd: a Docker "
-    "sandbox (uid 0 under a root gateway, the file's owner by DAC) or a non-root gateway's bwrap sandbox "
-    "holds it, and the next build (an upgrade's, a missing helper's) blocks every agent's sandbox start",
-)
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap (its landlock helper makes the lock)")
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox (uid 0)")
 async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) -> None:
+    """The helpers' build lock was <state>/sandbox-bin/.exechost-landlock.lock, 0600, the gateway's, in the
+    bin dir every sandbox mounts at /.exechost-bin, and flock needs only a read fd: a Docker sandbox (uid 0
+    under a root gateway, the file's owner by DAC) or a non-root gateway's bwrap sandbox held it, and the
+    next build (an upgrade's, a missing helper's) blocked every agent's sandbox start. Here the sandbox
+    locks every file it sees there; the locks the gateway's builds take stay free."""
     import fcntl
 
+    from engine.sandbox import landlock, staticbuild
+    from engine.sandbox.egress import forwarder
     from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
     if not _has_image(DEBIAN_IMAGE):
@@ -593,21 +586,20 @@ async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) ->
         f'sandbox.docker.image = "{DEBIAN_IMAGE}"\n'
     )
     write_config(state_dir, config)
-    lock = state_dir / "sandbox-bin" / ".exechost-landlock.lock"
+    every = (
+        'n=0; for f in /.exechost-bin/* /.exechost-bin/.[!.]*; do [ -f "$f" ] || continue; n=$((n+1)); '
+        '(flock -x 9 && echo "held $f" && exec sleep 600) 9<"$f" & done; echo "files $n"; wait'
+    )
     try:
         async with gateway(state_dir):
             client = await connect(state_dir)
             try:
                 await client.request("exec", {"command": "true", "agentId": "main"})  # (builds the helper)
-                assert lock.exists()
+                locks = [staticbuild.lock_path(landlock.binary_path())]
+                locks += [staticbuild.lock_path(forwarder.binary_path())]
+                assert locks[0].exists()
                 started = await client.request(
-                    "exec",
-                    {
-                        "command": "exec 9</.exechost-bin/.exechost-landlock.lock && flock -x 9 && echo held "
-                        "&& exec sleep 600",
-                        "agentId": "ops",
-                        "background": True,
-                    },
+                    "exec", {"command": every, "agentId": "ops", "background": True}
                 )
                 session = started["details"]["sessionId"]
 
@@ -615,24 +607,30 @@ async def test_class3_a_sandbox_holds_the_helpers_build_lock(state_dir: Path) ->
                     log = await client.request(
                         "process", {"action": "log", "sessionId": session, "agentId": "ops"}
                     )
-                    return "held" in str(log.get("text", ""))
+                    text = str(log.get("text", ""))
+                    files = [w.split()[1] for w in text.splitlines() if w.startswith("files ")]
+                    return bool(files) and text.count("held ") == int(files[0]) > 0
 
                 await wait_until(held, timeout=30)
-                fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the gateway's next build takes
-                    free = True
-                except BlockingIOError:
-                    free = False
-                finally:
-                    os.close(fd)
+                free = []
+                for path in locks:
+                    if not path.exists():
+                        continue
+                    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the gateway's next build takes
+                        free.append(True)
+                    except BlockingIOError:
+                        free.append(False)
+                    finally:
+                        os.close(fd)
             finally:
                 await client.close()
     finally:
         for c in docker_ops.list_sandboxes():
             docker_ops.remove(c["Id"])
         bwrap.remove_all()
-    assert free, "agent ops's sandbox holds the lock every helper build of the gateway waits on"
+    assert free and all(free), "agent ops's sandbox holds a lock every helper build of the gateway waits on"
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
@@ -688,13 +686,6 @@ async def test_class1_the_home_layer_puts_no_mount_of_the_state_dir_above_its_co
     assert "ops-secret" not in seen["text"] and "sb-secret" not in seen["text"], seen["text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an agent's hostWritable dirs are covered in other agents' views only while the config "
-    "lists them: once the operator retires agent ops (its [[agents.list]] entry removed), ~/ops-work with "
-    "everything ops left there is every other agent's to read; sandbox workspace roots got a record of "
-    "every root ever used (round 15 b), hostWritable roots got none",
-)
 async def test_class1_a_retired_agents_project_dir_is_every_agents_to_read(state_dir: Path) -> None:
     home = state_dir.parent / "h"
     work = home / "ops-work"
@@ -711,6 +702,29 @@ async def test_class1_a_retired_agents_project_dir_is_every_agents_to_read(state
     assert "ops-private" not in retired["_text"], "agent main reads what retired agent ops left in its dir"
 
 
+async def test_class1_a_retired_agents_dir_outside_the_home_is_every_agents_to_read(state_dir: Path) -> None:
+    """The neighbour outside the home (a project under /srv, shown read-only to every run but for the
+    covers): retired, it stays covered, as in the home; the agent still listed keeps its own."""
+    work = state_dir.parent / "ops-out"
+    mine = state_dir.parent / "main-out"
+    for d, text in ((work, "ops-private-5582\n"), (mine, "main-own-5583\n")):
+        d.mkdir(mode=0o755)
+        (d / "notes.txt").write_text(text)
+        (d / "notes.txt").chmod(0o644)
+    base = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'\n[[agents.list]]\nid = "main"\ntools.exec.hostWritable = ["{mine}"]\n'
+    )
+    with_ops = base + f'\n[[agents.list]]\nid = "ops"\ntools.exec.hostWritable = ["{work}"]\n'
+    allow = [("/usr/bin/cat", None)]
+    control = await attempt(state_dir, f"cat {work}/notes.txt", allow=allow, config=with_ops)
+    assert control["status"] != "approval-pending" and "ops-private" not in control["_text"], control
+    retired = await attempt(state_dir, f"cat {work}/notes.txt {mine}/notes.txt", allow=allow, config=base)
+    assert retired["status"] != "approval-pending", retired["_text"]
+    assert "ops-private" not in retired["_text"], "agent main reads what retired agent ops left in its dir"
+    assert "main-own-5583" in retired["_text"], retired["_text"]
+
+
 # security.capability, VFS_CAP_REVISION_2 with the effective flag: CAP_SETUID (7) permitted and effective;
 # and a device node (here /dev/null's 1:3, 0666: the root disk's numbers would hand every account the disk).
 _FILE_CAP_PROBE = (
@@ -725,15 +739,6 @@ _FILE_CAP_PROBE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a root gateway's host run may give a file it writes capabilities (setxattr "
-    "security.capability: its runs keep CAP_SETFCAP) or make a device node (CAP_MKNOD: a 0666 node of the "
-    "root disk is every account's disk): 51bccef1 refused set-id modes in the host runs' filter, not "
-    "these, so an approved script or an allowlisted setcap/`tar --xattrs` leaves a "
-    "cap_setuid+ep program in the agent's hostWritable dir for any local account that reaches it (the "
-    "sandboxes make none: test_sandbox_docker_confine's no set-id file nor file capabilities)",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's runs hold CAP_SETFCAP")
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="the probe runs /usr/bin/python3")
 @pytest.mark.parametrize("what", ["capability", "device"])
@@ -762,18 +767,41 @@ async def test_class1_a_root_host_run_leaves_a_program_with_file_capabilities(
         assert not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)), f"{planted} is a device node on the host"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a root gateway's host runs may write the host's sysctls: the view's fresh /proc covers "
-    "/proc/sys read-only only when access(\"/proc/sys\", W_OK) succeeds (hostenter's loop, as bwrap's "
-    "--proc), and procfs answers EACCES for its root sysctl dir even to root, so the cover is skipped. "
-    "An approved or full-security run (a build's recipe, a script) opens kernel.core_pattern for writing; "
-    "`|/agent/dir/x.sh` there runs the agent's script as root outside every namespace at the next crash "
-    "(the word check asks only when a word names /proc); /sys is the host's, writable too "
-    "(/sys/power/state suspends the machine)",
-)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's runs are root's")
+async def test_class1_a_root_host_runs_capabilities_make_no_file_more_than_its_mode(state_dir: Path) -> None:
+    """The variant by any call or program (fsetxattr, setxattrat, tar, cp -a, a program's own file
+    capabilities at exec): CAP_SETFCAP and CAP_MKNOD are in none of the run's sets, bounding included."""
+    details = await attempt(
+        state_dir,
+        "grep ^Cap /proc/self/status",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+    )
+    assert details["status"] == "completed", details["_text"]
+    sets = dict(
+        line.split(":", 1) for line in details["_text"].splitlines() if line.startswith("Cap") and ":" in line
+    )
+    assert {"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"} <= set(sets), details["_text"]
+    for name, value in sets.items():
+        held = int(value.strip(), 16)
+        assert not held & (1 << 31), f"{name} holds CAP_SETFCAP"
+        assert not held & (1 << 27), f"{name} holds CAP_MKNOD"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
-@pytest.mark.parametrize("knob", ["/proc/sys/kernel/core_pattern", "/sys/power/state"])
+@pytest.mark.parametrize(
+    "knob",
+    [
+        "/proc/sys/kernel/core_pattern",
+        pytest.param(
+            "/sys/power/state",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: a root gateway's host view shows the host's /sys writable (/sys/power/state "
+                "suspends the machine); /proc/sys is covered read-only by construction (fixroot17), /sys not",
+            ),
+        ),
+    ],
+)
 async def test_class1_a_root_host_run_opens_kernel_core_pattern_for_writing(
     state_dir: Path, knob: str
 ) -> None:

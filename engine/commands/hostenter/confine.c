@@ -137,6 +137,50 @@ static void refuse_beyond_namespaces(void) {
 #endif
 }
 
+int entered_user_ns;
+
+/* As bwrap's --proc does, the old knobs of /proc that could act on the whole machine, read-only; but
+   covered whenever they exist and are not read-only yet, not (as bwrap) when access(W_OK) says they are
+   writable: procfs answers EACCES for /proc/sys itself even to root, whose files under it are writable, so
+   that test skipped the cover and a root gateway's run opened kernel.core_pattern for writing (fresh round
+   17 a). A cover that cannot be made fails the run: nothing runs with the host's sysctls writable. */
+void cover_proc(unsigned long flags) {
+    static const char *const cover[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"};
+    for (size_t i = 0; i < sizeof cover / sizeof *cover; i++) {
+        struct statvfs fs;
+        if (statvfs(cover[i], &fs) < 0) {
+            if (errno == ENOENT) continue;
+            die(cover[i]);
+        }
+        if (fs.f_flag & ST_RDONLY) continue; /* (bwrap's --proc covered it) */
+        if (mount(cover[i], cover[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            mount(NULL, cover[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | flags, NULL) < 0)
+            die(cover[i]);
+    }
+}
+
+/* A root gateway's command (no user namespace of its own: root's capabilities are the host's) keeps none
+   that makes a file more than its bytes and mode: CAP_SETFCAP (security.capability: a cap_setuid+ep
+   program left in a hostWritable dir is root for any local account that runs it) and CAP_MKNOD (a 0666
+   node of the root disk is every account's disk), fresh round 17 a. Out of the bounding, inheritable and
+   ambient sets (in either mode: `enter`, or `check-cwd` in a run's own bwrap), so no exec (not even of a program with file capabilities) gives them back, by whatever
+   call (setxattr, fsetxattr, lsetxattr, setxattrat, mknod, mknodat) or program (setcap, tar, cp -a) tries. */
+static void drop_file_privileges(void) {
+    static const int dropped[] = {CAP_SETFCAP, CAP_MKNOD};
+    struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &head, data) < 0) die("capget");
+    for (size_t i = 0; i < sizeof dropped / sizeof *dropped; i++) {
+        if (prctl(PR_CAPBSET_DROP, dropped[i], 0, 0, 0) < 0) die("capability bounding set");
+        uint32_t bit = 1U << (dropped[i] % 32);
+        data[dropped[i] / 32].effective &= ~bit;
+        data[dropped[i] / 32].permitted &= ~bit;
+        data[dropped[i] / 32].inheritable &= ~bit;
+    }
+    if (syscall(SYS_capset, &head, data) < 0) die("capset");
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) die("ambient caps");
+}
+
 /* The command's last step: its cwd is the decided directory (`want`, NULL: no check), the terminal's
    signals are its own again; then ARGV. */
 void run_checked(const struct stat *want, char **command) {
@@ -146,6 +190,11 @@ void run_checked(const struct stat *want, char **command) {
             fprintf(stderr, "exechost: approval-stale: the working directory changed since it was approved\n");
             _exit(FAIL);
         }
+    }
+    if (geteuid() == 0 && !entered_user_ns) {
+        /* a root gateway's: in its own bwrap (check-cwd) /proc/sys is not covered yet; in `enter` it is */
+        cover_proc(MS_NOSUID | MS_NODEV | MS_NOEXEC);
+        drop_file_privileges();
     }
     own_session_keyring();
     refuse_beyond_namespaces();

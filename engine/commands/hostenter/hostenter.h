@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/audit.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -58,6 +59,8 @@ int own_pts_then(char **argv);
 int decided(int cwdfd, struct stat *want);
 int decided_word(const char *word, struct stat *want);
 void run_checked(const struct stat *want, char **command) __attribute__((noreturn));
+void cover_proc(unsigned long flags);
+extern int entered_user_ns; /* `enter` joined a kept user namespace (a non-root gateway's) */
 
 /* run.c */
 char **status_slot(char **command);

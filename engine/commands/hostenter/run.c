@@ -220,6 +220,7 @@ int enter(char **argv) {
     if (setns(mntfd, CLONE_NEWNS) < 0) die("setns(mnt)");
     close(mntfd);
     int entered_user = userfd >= 0;
+    entered_user_ns = entered_user;
     if (entered_user) close(userfd);
     /* and an IPC namespace of its own: SysV segments, semaphores and queues are in no directory (round 10 a) */
     if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) die("unshare");
@@ -245,14 +246,9 @@ int enter(char **argv) {
     close(told[0]);
     unsigned long proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
     if (mount("proc", "/proc", "proc", proc_flags, NULL) < 0) die("mount /proc");
-    /* As bwrap's --proc does: the old knobs of /proc that could act on the whole machine, read-only. */
-    static const char *const cover[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"};
-    for (size_t i = 0; i < sizeof cover / sizeof *cover; i++) {
-        if (access(cover[i], W_OK) < 0 && (errno == EACCES || errno == ENOENT || errno == EROFS)) continue;
-        if (mount(cover[i], cover[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
-            mount(NULL, cover[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | proc_flags, NULL) < 0)
-            die(cover[i]);
-    }
+    /* The old knobs of /proc that could act on the whole machine, read-only (a non-root gateway's run, in
+       its kept user namespace, writes none of the host's: as before, they stay as procfs makes them). */
+    if (!entered_user) cover_proc(proc_flags);
     /* The decided directory's fd closed before the command exists: held here after the fork, the command
        could open it through /proc/1/fd while it is, into the host's mounts. */
     struct stat want;

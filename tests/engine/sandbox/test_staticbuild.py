@@ -44,8 +44,9 @@ def test_builders_started_at_once_all_succeed_and_one_compiles(
     assert results == [None] * 6
     assert compiles == [1]
     assert staticbuild.current(target, stamp, "d1")
-    # no temp file is left beside the helper
-    assert sorted(p.name for p in target.parent.iterdir()) == [".hello.lock", "hello", "hello.sha"]
+    # no temp file is left beside the helper, and the builders' lock is not in the dir sandboxes mount
+    assert sorted(p.name for p in target.parent.iterdir()) == ["hello", "hello.sha"]
+    assert staticbuild.lock_path(target).parent == target.parent.parent
     # another digest is another build
     assert not staticbuild.current(target, stamp, "d2")
     assert staticbuild.build("cc", source, target, stamp, "d2") is None

@@ -38,3 +38,32 @@ def test_the_daemons_flags_are_read_as_go_flags_read_them() -> None:
     argv = ["dockerd", "--data-root", "/srv/a", "--exec-root=/srv/run", "-g", "/srv/b", "--config-file", "/c"]
     names = {"--data-root": "data-root", "-g": "data-root", "--exec-root": "exec-root", "--config-file": "cf"}
     assert enginestate._flags(argv, names) == {"data-root": "/srv/b", "exec-root": "/srv/run", "cf": "/c"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes bind mounts")
+@pytest.mark.parametrize("known", ["source", "bind"])
+def test_an_engine_dir_under_a_second_name_is_covered_by_its_mounts(tmp_path: Path, known: str) -> None:
+    """By the mount table's device and root, not the name (fresh round 17 a): the engine's disk bound
+    under the operator's own name (`known` = source: the engine's name is the tree, the bind another), and
+    the common recipe, a bigger disk's dir bound at the engine's name (`known` = bind: the dir under the
+    bigger disk's own name holds the same files); a dir that is merely alike is not covered."""
+    import ctypes
+    import subprocess
+
+    data, bound, alike = tmp_path / "data", tmp_path / "bound", tmp_path / "alike"
+    for d in (data, bound, alike):
+        d.mkdir()
+    (data / "containers").mkdir()
+    subprocess.run(["mount", "--bind", str(data), str(bound)], check=True)
+    try:
+        named = str(data) if known == "source" else str(bound)
+        other = str(bound) if known == "source" else str(data)
+        names = enginestate._other_names([named])
+        assert other in names, names
+        assert str(alike) not in names and named not in names, names
+    finally:
+        ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(str(bound)), 2)
+
+
+def test_a_mount_points_escapes_are_decoded() -> None:
+    assert enginestate._unescape("/srv/my\\040docker\\134x") == "/srv/my docker\\x"
