@@ -48,7 +48,12 @@ def claim_state(state: Path) -> None:
 
 
 def write_config(state: Path, text: str) -> None:
+    """The operator writes a state dir's config, as its CLI does: a new (missing or empty) dir is claimed
+    first (claim_state), so the gateway started there adopts it; a dir that already holds anything
+    unrecorded (what a host run planted) stays unclaimed and is refused at start (fresh round 17 c)."""
     path = state / "config.toml"
+    if not path.exists():
+        claim_state(state)
     path.write_text(text)
     os.chmod(path, 0o600)
 
