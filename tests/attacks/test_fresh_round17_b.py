@@ -21,6 +21,7 @@ from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import request_decision
 from engine.approvals.store import ApprovalsStore
 from engine.config.model import ConfigError
+from engine.nodes import wire
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.hostile_node import Hostile, ask
@@ -513,12 +514,6 @@ async def test_class5_a_case_variant_of_the_main_session_runs_on_the_host_past_i
                 await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's hello is kept for its link's life (`NodeLink.hello`) with `caps` and `pathEnv` "
-    "uncut: `caps` is `[str(c) for c in …]`, so a 4 MiB list of `{}` becomes 1.4 million strings (~80 MB "
-    "per link, 16 MiB frames allowed), where every other field a node sends is cut to a size",
-)
 async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -546,6 +541,33 @@ async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life
             assert held < 16 * MiB, f"the link keeps {held / MiB:.0f} MiB of the node's hello"
         finally:
             await main.close()
+
+
+async def test_class3_every_field_of_a_nodes_hello_is_kept_cut() -> None:
+    """The neighbours of the 1.4 million caps: a hello whose every text field is megabytes long, whose caps
+    are long strings, repeated, or not strings at all. What the link keeps is kilobytes; an over-long node
+    id is refused (cut, it would name another node)."""
+    big = "x" * MiB
+    frame = {
+        "type": "hello",
+        "protocol": 2,
+        "nodeId": "n1",
+        "displayName": big,
+        "version": big,
+        "platform": big,
+        "caps": ["system.run"] * 100_000 + [big, 7, None, {}] + [f"c{i}" for i in range(100_000)],
+        "pathEnv": big,
+        "instance": big,
+        "stateDir": big,
+        "place": big,
+    }
+    hello = wire.decode(json.dumps(frame).encode())
+    assert isinstance(hello, wire.Hello)
+    kept = sum(len(v) for v in vars(hello).values() if isinstance(v, str)) + sum(map(len, hello.caps))
+    assert kept < 64 * 1024 and len(hello.caps) <= 64, (kept, len(hello.caps))
+    assert hello.caps[0] == "system.run" and hello.caps.count("system.run") == 1
+    with pytest.raises(wire.WireError, match="nodeId"):
+        wire.decode(json.dumps({**frame, "nodeId": big}).encode())
 
 
 async def test_class1_a_local_peer_writes_escapes_into_the_operators_terminal_through_the_access_log() -> (
