@@ -347,12 +347,6 @@ async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(sta
 GATEWAY_NODE = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's approval.request is cut field by field, but the decoded frame stays alive while "
-    "its ask waits (relay_approval holds `params` across `manager.wait`): a 4 MiB frame of `[{},…]` in a "
-    "field the gateway never reads pins ~100 MB per waiting ask, 8 per run, 64 per node",
-)
 async def test_class3_a_compromised_nodes_waiting_ask_pins_its_whole_decoded_frame(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -379,6 +373,41 @@ async def test_class3_a_compromised_nodes_waiting_ask_pins_its_whole_decoded_fra
                 tracemalloc.stop()
             running.cancel()
             assert held < 16 * MiB, f"the waiting ask holds {held / MiB:.0f} MiB"
+        finally:
+            await main.close()
+
+
+async def test_class3_a_nodes_waiting_asks_pin_nothing_wherever_the_padding_is(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """The neighbours of the padded ask: the list of `{}` beside the frame's params, beside the ask's
+    request, and in the fields the gateway does read (env, warnings, allowed decisions). Each ask waits;
+    none may keep what it was padded with."""
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(GATEWAY_NODE + config)
+    hostile = Hostile(sshd_nodes[0], state_dir)
+    pad = [{} for _ in range(1_000_000)]  # ~3 MB of JSON
+    async with gateway(state_dir) as server:
+        main = await connect(state_dir, operator=False)
+        try:
+            running = asyncio.ensure_future(main.request("exec", {"command": "ls", "node": "alpha"}))
+            run = str((await hostile.next_run())["params"]["runId"])
+            frames = [{**ask("r1", run, command="id 1"), "pad": pad}]
+            frames.append(ask("r2", run, command="id 2"))
+            frames[-1]["params"]["pad"] = pad
+            for n, key in enumerate(("env", "warnings", "allowedDecisions"), 3):
+                frames.append(ask(f"r{n}", run, command=f"id {n}", **{key: pad}))
+            for n, frame in enumerate(frames, 1):
+                tracemalloc.start()
+                try:
+                    base = tracemalloc.get_traced_memory()[0]
+                    await hostile.inject(frame)
+                    await wait_until(lambda n=n: len(server.services.approvals.pending()) >= n, timeout=30)
+                    held = tracemalloc.get_traced_memory()[0] - base
+                finally:
+                    tracemalloc.stop()
+                assert held < 8 * MiB, f"ask {frame['id']} holds {held / MiB:.0f} MiB"
+            running.cancel()
         finally:
             await main.close()
 
