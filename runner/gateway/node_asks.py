@@ -11,7 +11,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals import generations as stamps
-from engine.approvals.pending import OPERATOR_ASKER, REVOKED, ApprovalError, ApprovalRequest, env_hash
+from engine.approvals.pending import (
+    OPERATOR_ASKER,
+    REVOKED,
+    ApprovalError,
+    ApprovalRecord,
+    ApprovalRequest,
+    env_hash,
+)
 from engine.nodes.link import NodeError, NodeLink
 from runner.gateway import node_limits as limits
 from runner.gateway.node_runs import NodeRun
@@ -120,35 +127,49 @@ def relay_approval(
         # Who asked: the operator for its run (its own share of pending asks), else the run's agent.
         asker=OPERATOR_ASKER if run.operator else run.agent_id,
     )
-    return _decide(services, link, run, request)
+    # Filed now, as the frame is read, so the caps counted above hold for a burst read at once.
+    filed = _file(services, link, run, request)
+    return _answered(filed) if isinstance(filed, dict) else _decide(services, link, run, request, filed)
+
+
+def _file(
+    services: HubServices, link: NodeLink, run: NodeRun, request: ApprovalRequest
+) -> ApprovalRecord | dict[str, Any]:
+    """The ask filed in the inbox (its record), or the answer when it may not be."""
+    manager = services.approvals
+    # Filed under the proof of the call that started the run (its stamp), never under the context this
+    # frame arrived in: the link's reader is no caller's.
+    authorized = stamps.authorize(run.stamp)
+    try:
+        record, _ = manager.register(request, generation=run.generation)
+    except ApprovalError as exc:
+        if exc.code == "AGENT_REVOKED":  # revoked while this run waited (an allow-once taken: asks again)
+            return revoked_answer(link, run)
+        return {"decision": None, "resolvedBy": "too-many-pending"}  # the queue caps hold: askFallback
+    finally:
+        stamps.reset(authorized)
+    if run.operator and not record.joined and len(record.requesters) <= 1:
+        record.by_operator = True  # the operator's own run asked first: no agent's ask (yet)
+    run.records.append(record)
+    run.asked.set()
+    return record
 
 
 async def _decide(
-    services: HubServices, link: NodeLink, run: NodeRun, request: ApprovalRequest
+    services: HubServices, link: NodeLink, run: NodeRun, request: ApprovalRequest, record: ApprovalRecord
 ) -> dict[str, Any]:
-    """The typed ask, filed and waited on until it is decided (an allow-once taken by another asks again)."""
+    """The filed ask waited on until it is decided (an allow-once taken by another is filed again)."""
     manager = services.approvals
     while True:
-        # Filed under the proof of the call that started the run (its stamp), never under the context this
-        # frame arrived in: the link's reader is no caller's.
-        authorized = stamps.authorize(run.stamp)
-        try:
-            record, _ = manager.register(request, generation=run.generation)
-        except ApprovalError as exc:
-            if exc.code == "AGENT_REVOKED":  # revoked while this run waited (an allow-once taken: asks again)
-                return revoked_answer(link, run)
-            return {"decision": None, "resolvedBy": "too-many-pending"}  # the queue caps hold: askFallback
-        finally:
-            stamps.reset(authorized)
-        if run.operator and not record.joined and len(record.requesters) <= 1:
-            record.by_operator = True  # the operator's own run asked first: no agent's ask (yet)
-        run.records.append(record)
-        run.asked.set()
         decision = await manager.wait(record)
         if decision == "allow-once" and not manager.consume_allow_once(
             record, request.session_key, request.node_approval_id, request.asker
         ):
-            continue  # one approval, one run: this ask needs its own
+            filed = _file(services, link, run, request)  # one approval, one run: this ask needs its own
+            if isinstance(filed, dict):
+                return filed
+            record = filed
+            continue
         answer: dict[str, Any] = {
             "decision": decision,
             "resolvedBy": record.resolved_by,
