@@ -32,6 +32,7 @@ def relay_params(request: PromptRequest) -> ApprovalsRelay:
         timeout_ms=SOCKET_PROMPT_MS,
         env=dict(request.env) or None,
         warnings=list(request.warnings) or None,
+        socket_token=request.token_id or None,
     )
 
 

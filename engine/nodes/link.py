@@ -52,7 +52,9 @@ KEEPALIVE_SEC = 10
 BACKOFF_MAX_SEC = 30.0
 
 EventHandler = Callable[["NodeLink", NodeEvent], None]
-# A node's own request (an approval relay): its payload, or raise NodeError for an error response.
+# A node's own request (an approval relay), called as it is read: a plain function that takes what it needs
+# of the frame, typed and cut, and returns what to await for the payload (which raises NodeError for an
+# error response). Nothing that waits holds the decoded frame: a node's ask may wait for minutes.
 RequestHandler = Callable[["NodeLink", Request], Awaitable[dict[str, Any]]]
 HelloCheck = Callable[["NodeLink", Hello], None]  # raises NodeError to refuse the node
 Connected = Callable[["NodeLink"], None]  # a link is through (first or again): settle what the last left
@@ -502,19 +504,8 @@ class NodeLink:
     async def _read_loop(self, proc: asyncssh.SSHClientProcess[bytes], reader: LineReader) -> None:
         reason = "the node closed the link"
         try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    break
-                frame = decode(line)
-                if isinstance(frame, Response):
-                    future = self._pending.get(frame.id)
-                    if future is not None and not future.done():
-                        future.set_result(frame)
-                elif isinstance(frame, NodeEvent):
-                    self._take_event(frame)
-                elif isinstance(frame, Request):
-                    self._spawn(self._answer(frame))
+            while self._take(await reader.readline()):
+                pass  # no line nor frame stays alive in this loop while it waits for the next
         except WireError as exc:
             reason = f"protocol error: {exc}"
         except (OSError, asyncssh.Error) as exc:
@@ -525,6 +516,31 @@ class NodeLink:
         finally:
             if self._proc is proc:
                 self._drop(reason)
+
+    def _take(self, line: bytes) -> bool:
+        """One line read: handed on by its kind. False at the end of the stream."""
+        if not line:
+            return False
+        frame = decode(line)
+        if isinstance(frame, Response):
+            future = self._pending.get(frame.id)
+            if future is not None and not future.done():
+                future.set_result(frame)
+        elif isinstance(frame, NodeEvent):
+            self._take_event(frame)
+        elif isinstance(frame, Request):
+            self._take_request(frame)
+        return True
+
+    def _take_request(self, req: Request) -> None:
+        """The handler reads the request now; only what it returns, and the id, wait for the answer."""
+        try:
+            if self.on_request is None:
+                raise NodeError("this gateway takes no requests from nodes", "UNAVAILABLE")
+            payload = self.on_request(self, req)
+        except Exception as exc:
+            payload = _raising(exc)
+        self._spawn(self._answer(req.id, req.method, payload))
 
     def _take_event(self, frame: NodeEvent) -> None:
         """Hand an event to the hub; a numbered one once only, and acknowledged once handled (an event
@@ -563,21 +579,19 @@ class NodeLink:
                     if text.strip():
                         log.warning("node %s: %s", self.name, visible(text.strip()[:500]))
 
-    async def _answer(self, req: Request) -> None:
+    async def _answer(self, rid: str, method: str, payload: Awaitable[dict[str, Any]]) -> None:
         try:
-            if self.on_request is None:
-                raise NodeError("this gateway takes no requests from nodes", "UNAVAILABLE")
-            res = Response(req.id, True, payload=await self.on_request(self, req))
+            res = Response(rid, True, payload=await payload)
         except NodeError as exc:
-            res = Response(req.id, False, error={"code": exc.error_code, "message": str(exc)})
+            res = Response(rid, False, error={"code": exc.error_code, "message": str(exc)})
         except Exception as exc:
-            log.exception("node %s: request %s failed", self.name, req.method)
-            res = Response(req.id, False, error={"code": "INTERNAL", "message": str(exc)})
+            log.exception("node %s: request %s failed", self.name, method)
+            res = Response(rid, False, error={"code": "INTERNAL", "message": str(exc)})
         try:
             data = encode(res)
         except WireError as exc:  # an answer JSON cannot carry: said once, and the node still gets one
-            log.error("node %s: the answer to %s could not be encoded: %s", self.name, req.method, exc)
-            data = encode(Response(req.id, False, error={"code": "INTERNAL", "message": str(exc)}))
+            log.error("node %s: the answer to %s could not be encoded: %s", self.name, method, exc)
+            data = encode(Response(rid, False, error={"code": "INTERNAL", "message": str(exc)}))
         with contextlib.suppress(NodeError):
             await self._send(data)
 
@@ -644,3 +658,8 @@ class NodeLink:
 def _why(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return " ".join(text.split())[:300]
+
+
+async def _raising(exc: Exception) -> dict[str, Any]:
+    """A request refused as it was read, answered as one refused while it waited."""
+    raise exc

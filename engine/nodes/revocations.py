@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,6 +22,12 @@ log = logging.getLogger("exechost.nodes")
 FILE_NAME = "node-revocations.json"
 # Revocations kept: past it the oldest goes (logged), so the file stays small whatever a node never answers.
 MAX_KEPT = 512
+# Revocations this process made that its file does not hold yet (a full disk, an unwritable state dir): the
+# nodes are told from the file and from these alike, so a revoke reaches every connected node whatever the
+# disk; the next write of the file that succeeds takes them in. Kept per file path: every Revocations of one
+# state dir in this process (the revoke's, the gateway's delivery) sees the same ones.
+_UNWRITTEN: dict[Path, list[Revocation]] = {}
+_UNWRITTEN_LOCK = threading.Lock()
 
 
 @dataclass
@@ -55,7 +62,17 @@ class Revocations:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / FILE_NAME
 
+    def _held(self) -> list[Revocation]:
+        with _UNWRITTEN_LOCK:
+            return list(_UNWRITTEN.get(self.path, ()))
+
     def _load(self) -> list[Revocation]:
+        """The file's revocations, then those this process could not write to it yet."""
+        rows = self._load_file()
+        ids = {r.wire.revocation for r in rows}
+        return [*rows, *(r for r in self._held() if r.wire.revocation not in ids)]
+
+    def _load_file(self) -> list[Revocation]:
         try:
             text = statefs.read_text(self.path)
             data = jsontext.loads(text) if text else {}
@@ -73,6 +90,8 @@ class Revocations:
             rows = rows[-MAX_KEPT:]
         body = json.dumps({"revocations": [r.to_json() for r in rows]}, indent=1)
         statefs.atomic_write(self.path, body)
+        with _UNWRITTEN_LOCK:
+            _UNWRITTEN.pop(self.path, None)  # the file holds every one now
 
     def add(self, agent: str, credential_stamp: str, rotated: bool = False) -> Revocation:
         """A revoke (or a rotation: `rotated`) every node must hear: kept until each configured node
@@ -82,13 +101,24 @@ class Revocations:
         made = Revocation(
             AgentRevoke(agent, secrets.token_hex(16), credential_stamp, rotated), int(time.time() * 1000)
         )
-        with statefs.file_lock(self.path):
-            self._save([*self._load(), made])
+        with _UNWRITTEN_LOCK:
+            _UNWRITTEN.setdefault(self.path, []).append(made)  # owed from now, whatever the disk says
+        try:
+            with statefs.file_lock(self.path):
+                self._save(self._load())
+        except (OSError, statefs.StateFileError) as exc:
+            log.warning(
+                "%s could not be written (%s): the revocation of %s is kept in this process, and the nodes "
+                "are told from it (a restart before it is written loses it)",
+                self.path,
+                exc,
+                agent,
+            )
         return made
 
     def pending(self) -> int:
         """Revocations some configured node has not answered yet."""
-        return len(self._load()) if self.path.exists() else 0
+        return len(self._load()) if self.path.exists() else len(self._held())
 
     def owed(self, node: str) -> list[AgentRevoke]:
         """What `node` has not answered yet, oldest first (read without the lock: the file is replaced
@@ -98,9 +128,21 @@ class Revocations:
     def acked(self, node: str, revocation: str, nodes: Iterable[str]) -> None:
         """`node` answered `revocation`; one every configured node (`nodes`) answered is forgotten."""
         configured = set(nodes)
-        with statefs.file_lock(self.path):
-            rows = self._load()
-            for row in rows:
+        with _UNWRITTEN_LOCK:
+            held = _UNWRITTEN.get(self.path, [])
+            for row in held:
                 if row.wire.revocation == revocation:
                     row.acked.add(node)
-            self._save([r for r in rows if not configured <= r.acked])
+            held[:] = [r for r in held if not configured <= r.acked]
+        try:
+            with statefs.file_lock(self.path):
+                rows = self._load()
+                for row in rows:
+                    if row.wire.revocation == revocation:
+                        row.acked.add(node)
+                self._save([r for r in rows if not configured <= r.acked])
+        except (
+            OSError,
+            statefs.StateFileError,
+        ) as exc:  # told again on its next link: a node hears a revocation twice harmlessly
+            log.warning("%s could not be written (%s): node %s's answer is not kept", self.path, exc, node)

@@ -23,18 +23,21 @@ def owe(state: Path, agent: str, old: str | None, nodes: bool, rotated: bool = F
     the credential `old` (or of a rotation). A crash before the credential changes owes a revoke the
     operator asked for and did not see answered: the safe side. What cannot be written is logged, and the
     credential changes anyway (a revoke never waits on what it owes)."""
-    try:
-        _owe(state, agent, old, nodes, rotated)
-    except Exception:
-        log.exception("agent %s: what its revoke owes could not be kept (a crash now would leave it)", agent)
-
-
-def _owe(state: Path, agent: str, old: str | None, nodes: bool, rotated: bool) -> None:
-    if not rotated:
-        hostrevocations.owe(state, agent)
+    # Each step on its own: a host kill the disk refused cannot cost the nodes theirs, which is kept in this
+    # process when the disk refuses it too (Revocations.add), so connected nodes hear it (fresh round 17 c).
     if nodes:
-        stamp = credential_stamp(principals.credential_id(old) if old else "")
-        Revocations(state).add(agent, stamp, rotated)
+        try:
+            stamp = credential_stamp(principals.credential_id(old) if old else "")
+            Revocations(state).add(agent, stamp, rotated)
+        except Exception:
+            log.exception("agent %s: what its revoke owes the nodes could not be kept", agent)
+    if not rotated:
+        try:
+            hostrevocations.owe(state, agent)
+        except Exception:
+            log.exception(
+                "agent %s: the host kill its revoke owes could not be kept (a crash would leave it)", agent
+            )
 
 
 def revoke(state: Path, agent: str, nodes: bool) -> tuple[bool, str | None]:

@@ -18,6 +18,13 @@ PROTOCOLS_TAKEN = (1, 2)
 MAX_LINE = 16 * 1024 * 1024  # one frame; a longer line is a broken or hostile peer
 AGENT_REVOKE = "agent.revoke"  # gateway -> node: one of its agents was revoked (AgentRevoke)
 CAPS = ("system.run", "system.which", "sandbox", "sessions.watch", "runs.status", AGENT_REVOKE)
+# A hello is kept for its link's life (NodeLink.hello): each field is cut (or, for the id, refused) at a
+# size, and caps to a count of short names, so a node's hello holds kilobytes, never its frame's 16 MiB.
+HELLO_ID_CHARS = 256
+HELLO_TEXT_CHARS = 256
+HELLO_PATH_CHARS = 16 * 1024
+HELLO_CAP_CHARS = 64
+HELLO_CAPS = 64
 ACK_EVENT = "events.ack"  # gateway -> node: every numbered event up to `upTo` was handled there
 
 
@@ -71,12 +78,12 @@ class Hello:
     def from_json(cls, d: dict[str, Any]) -> Hello:
         try:
             return cls(
-                node_id=_str(d, "nodeId"),
-                display_name=_str(d, "displayName"),
-                version=_str(d, "version"),
-                platform=_str(d, "platform"),
-                caps=[str(c) for c in d.get("caps") or []],
-                path_env=str(d.get("pathEnv") or ""),
+                node_id=_bounded(d, "nodeId", HELLO_ID_CHARS),
+                display_name=_str(d, "displayName")[:HELLO_TEXT_CHARS],
+                version=_str(d, "version")[:HELLO_TEXT_CHARS],
+                platform=_str(d, "platform")[:HELLO_TEXT_CHARS],
+                caps=_caps(d.get("caps")),
+                path_env=str(d.get("pathEnv") or "")[:HELLO_PATH_CHARS],
                 protocol=_int(d, "protocol"),
                 mode="service" if d.get("mode") == "service" else "stdio",
                 instance=str(d.get("instance") or "")[:128],
@@ -181,6 +188,31 @@ class NodeEvent:
 
 
 Frame = Hello | Request | Response | NodeEvent
+
+
+def _caps(value: Any) -> list[str]:
+    """A hello's capabilities as kept for the link's life: names only (a cap is a short word), at most
+    HELLO_CAPS of them. Anything else a node lists is no capability of ours and is not kept."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError("caps must be a list")
+    kept: list[str] = []
+    for cap in value:
+        if isinstance(cap, str) and 0 < len(cap) <= HELLO_CAP_CHARS and cap not in kept:
+            kept.append(cap)
+            if len(kept) == HELLO_CAPS:
+                break
+    return kept
+
+
+def _bounded(d: dict[str, Any], key: str, most: int) -> str:
+    """A string field that names something: refused, never cut, when longer than `most` (a cut id would
+    name another node)."""
+    value = _str(d, key)
+    if len(value) > most:
+        raise ValueError(f"{key} is longer than {most} characters")
+    return value
 
 
 def _str(d: dict[str, Any], key: str) -> str:

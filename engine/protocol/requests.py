@@ -300,6 +300,9 @@ class ApprovalsRelay(Message):
     resolved_path: str | None = wire("path")
     env: dict[str, str] | None = wire("env")  # the exec frame's env overrides: shown and decided on
     warnings: list[str] | None = wire("strs")  # the socket side's decision warnings, shown with the ask
+    # The id of the exec-approvals.sock token the ask's frame proved (PromptRequest.token_id): the ask is
+    # filed under it and nothing is saved for it once that token is replaced. None: the operator's own relay.
+    socket_token: str | None = wire("str")
 
 
 # ---- events and policy -----------------------------------------------------------------------------------

@@ -7,10 +7,12 @@ nothing it was approved for starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine import principals
+from engine.approvals.socket.principal import socket_token_id
 from engine.commands import hostprivate
 from engine.config.model import Config
 from runner.gateway.tokenfiles import token_id
@@ -30,6 +32,10 @@ _UID = "uid:"
 _ANONYMOUS = "anonymous>"
 _LISTED = "listed>"
 _OPERATOR = "operator@"
+# `socket>main@<id>`: an exec-approvals.sock ask relayed by the console, made by the socket token of that id
+# (the socket's principal, as the gateway token alone makes main): it holds only while exec-approvals.json
+# holds that very token, so replacing a leaked one ends its asks already relayed (fresh round 17 b).
+_SOCKET = "socket>"
 # The operator's calls are stamped as this principal (never an agent's name: hostprivate's own space), so
 # no agent's revoke or rotation ends them; only their proof's end does.
 OPERATOR_PRINCIPAL = hostprivate.OPERATOR
@@ -96,7 +102,17 @@ def anonymous_proof(agent: str, gateway_token: str) -> str:
     return f"{_ANONYMOUS}{agent}@{token_id(gateway_token)}"
 
 
-def proof_holds(key: str, config: Config, tokens: GatewayTokens | None = None) -> bool:
+def socket_proof(agent: str, socket_token_id: str) -> str:
+    """The proof of an ask relayed from exec-approvals.sock, made by the socket token `socket_token_id`."""
+    return f"{_SOCKET}{agent}@{socket_token_id}"
+
+
+def proof_holds(
+    key: str,
+    config: Config,
+    tokens: GatewayTokens | None = None,
+    socket_token: Callable[[], str] | None = None,
+) -> bool:
     """Whether the proof `key` still makes its agent under `config` and the token files now (`tokens`:
     None, no token-made proof holds), decided as `principal_now` does. An `anonymous>main` journaled
     before proofs named their token (no `@`) names no token: it does not hold."""
@@ -113,6 +129,15 @@ def proof_holds(key: str, config: Config, tokens: GatewayTokens | None = None) -
             and bool(at and made)
             and tokens is not None
             and tokens.gateway.id() == made
+        )
+    if key.startswith(_SOCKET):
+        agent, at, made = key[len(_SOCKET) :].partition("@")
+        now = socket_token() if socket_token is not None else ""
+        return (
+            agent == principals.MAIN_AGENT
+            and config.gateway.anonymous != "none"
+            and bool(at and made and now)
+            and socket_token_id(now) == made
         )
     if key.startswith(_OPERATOR):
         made = key[len(_OPERATOR) :]

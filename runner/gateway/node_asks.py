@@ -7,11 +7,18 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals import generations as stamps
-from engine.approvals.pending import OPERATOR_ASKER, REVOKED, ApprovalError, ApprovalRequest, env_hash
+from engine.approvals.pending import (
+    OPERATOR_ASKER,
+    REVOKED,
+    ApprovalError,
+    ApprovalRecord,
+    ApprovalRequest,
+    env_hash,
+)
 from engine.nodes.link import NodeError, NodeLink
 from runner.gateway import node_limits as limits
 from runner.gateway.node_runs import NodeRun
@@ -38,18 +45,26 @@ def revoked_answer(link: NodeLink, run: NodeRun) -> dict[str, Any]:
     return {"decision": "deny", "resolvedBy": "revoked", "reason": REVOKED}
 
 
-async def relay_approval(
+async def _answered(answer: dict[str, Any]) -> dict[str, Any]:
+    return answer
+
+
+def relay_approval(
     services: HubServices,
     runs: dict[tuple[str, str], NodeRun],
     drop_frame: Callable[[NodeLink, str, str], None],
     link: NodeLink,
     node_id: str,
     params: dict[str, Any],
-) -> dict[str, Any]:
+) -> Awaitable[dict[str, Any]]:
     """A node's ask, into this gateway's inbox, for a run the gateway started on this very link: the
     agent, session key and node id come from the gateway's record of that run and of the link, never
     from the frame, so a node cannot file an ask as another agent, for another node's run, or for a run
-    that ended. It counts against the node's cap and the run's agent's."""
+    that ended. It counts against the node's cap and the run's agent's.
+
+    Read now, as the frame arrives, into the typed, cut ApprovalRequest; what is returned to await holds
+    that and the run, never `params`: the decoded frame (megabytes of a field no one reads) is let go
+    before the ask waits (fresh round 17 b)."""
     view = params.get("request")
     if not isinstance(view, dict) or link.hello is None:
         raise NodeError("bad approval request", "INVALID_REQUEST")
@@ -60,10 +75,10 @@ async def relay_approval(
     run = runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
     if run is None:
         drop_frame(link, "approval.request", f"run {str(raw_run)[:80]!r} is not in flight on this node")
-        return {"decision": None, "resolvedBy": "no-such-run"}
+        return _answered({"decision": None, "resolvedBy": "no-such-run"})
     if run.asks >= limits.MAX_ASKS_PER_RUN:
         drop_frame(link, "approval.request", f"run {run.run_id} already asked {run.asks} times")
-        return {"decision": None, "resolvedBy": "too-many-pending"}
+        return _answered({"decision": None, "resolvedBy": "too-many-pending"})
     run.asks += 1
     manager = services.approvals
     if manager.generations.stale(run.agent_id, run.generation) or (
@@ -71,14 +86,14 @@ async def relay_approval(
     ):
         # Its agent was revoked or rotated since the run began: denied now, never filed, never left to
         # the node's askFallback (which may allow); a denial ends the node's run.
-        return revoked_answer(link, run)
+        return _answered(revoked_answer(link, run))
     # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
     # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
     mine = (
         r for r in manager.pending() if (r.request.node_id, r.request.agent_id) == (node_id, run.agent_id)
     )
     if sum(1 for _ in mine) >= MAX_PENDING_PER_NODE_AGENT:
-        return {"decision": None, "resolvedBy": "too-many-pending"}
+        return _answered({"decision": None, "resolvedBy": "too-many-pending"})
     env = limits.env_pairs(view.get("env"))
     command = limits.cut(view.get("command"), limits.COMMAND_CHARS)
     warnings = limits.warnings(view.get("warnings"))
@@ -112,27 +127,49 @@ async def relay_approval(
         # Who asked: the operator for its run (its own share of pending asks), else the run's agent.
         asker=OPERATOR_ASKER if run.operator else run.agent_id,
     )
+    # Filed now, as the frame is read, so the caps counted above hold for a burst read at once.
+    filed = _file(services, link, run, request)
+    return _answered(filed) if isinstance(filed, dict) else _decide(services, link, run, request, filed)
+
+
+def _file(
+    services: HubServices, link: NodeLink, run: NodeRun, request: ApprovalRequest
+) -> ApprovalRecord | dict[str, Any]:
+    """The ask filed in the inbox (its record), or the answer when it may not be."""
+    manager = services.approvals
+    # Filed under the proof of the call that started the run (its stamp), never under the context this
+    # frame arrived in: the link's reader is no caller's.
+    authorized = stamps.authorize(run.stamp)
+    try:
+        record, _ = manager.register(request, generation=run.generation)
+    except ApprovalError as exc:
+        if exc.code == "AGENT_REVOKED":  # revoked while this run waited (an allow-once taken: asks again)
+            return revoked_answer(link, run)
+        return {"decision": None, "resolvedBy": "too-many-pending"}  # the queue caps hold: askFallback
+    finally:
+        stamps.reset(authorized)
+    if run.operator and not record.joined and len(record.requesters) <= 1:
+        record.by_operator = True  # the operator's own run asked first: no agent's ask (yet)
+    run.records.append(record)
+    run.asked.set()
+    return record
+
+
+async def _decide(
+    services: HubServices, link: NodeLink, run: NodeRun, request: ApprovalRequest, record: ApprovalRecord
+) -> dict[str, Any]:
+    """The filed ask waited on until it is decided (an allow-once taken by another is filed again)."""
+    manager = services.approvals
     while True:
-        # Filed under the proof of the call that started the run (its stamp), never under the context this
-        # frame arrived in: the link's reader is no caller's.
-        authorized = stamps.authorize(run.stamp)
-        try:
-            record, _ = manager.register(request, generation=run.generation)
-        except ApprovalError as exc:
-            if exc.code == "AGENT_REVOKED":  # revoked while this run waited (an allow-once taken: asks again)
-                return revoked_answer(link, run)
-            return {"decision": None, "resolvedBy": "too-many-pending"}  # the queue caps hold: askFallback
-        finally:
-            stamps.reset(authorized)
-        if run.operator and not record.joined and len(record.requesters) <= 1:
-            record.by_operator = True  # the operator's own run asked first: no agent's ask (yet)
-        run.records.append(record)
-        run.asked.set()
         decision = await manager.wait(record)
         if decision == "allow-once" and not manager.consume_allow_once(
             record, request.session_key, request.node_approval_id, request.asker
         ):
-            continue  # one approval, one run: this ask needs its own
+            filed = _file(services, link, run, request)  # one approval, one run: this ask needs its own
+            if isinstance(filed, dict):
+                return filed
+            record = filed
+            continue
         answer: dict[str, Any] = {
             "decision": decision,
             "resolvedBy": record.resolved_by,

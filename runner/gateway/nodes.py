@@ -8,6 +8,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals import generations as stamps
@@ -624,16 +625,15 @@ class NodeHub:
         """Frames dropped for naming no run of their node (also logged, for the operator)."""
         return self.events.dropped
 
-    async def _on_request(self, link: NodeLink, req: Request) -> dict[str, Any]:
+    def _on_request(self, link: NodeLink, req: Request) -> Awaitable[dict[str, Any]]:
+        """Read as it arrives (engine.nodes.link.RequestHandler): only the typed ask waits, not the frame."""
         if req.method != "approval.request":
             raise NodeError("unknown method", "UNAVAILABLE")
         try:
             node_id = self._trusted_id(link)
         except ToolError as exc:
             raise NodeError(str(exc), "INVALID_REQUEST") from None
-        return await relay_approval(
-            self.services, self._runs, self.events.drop_frame, link, node_id, req.params
-        )
+        return relay_approval(self.services, self._runs, self.events.drop_frame, link, node_id, req.params)
 
     async def close(self) -> None:
         for task in list(self._tasks):

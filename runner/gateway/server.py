@@ -181,7 +181,7 @@ class GatewayServer:
             # A stamped proof is decided again at each point of use against the config now (liveprincipal),
             # the restored asks' included.
             self.services.approvals.generations.holds = lambda key: proof_holds(
-                key, self.services.config(), self._tokens
+                key, self.services.config(), self._tokens, self.services.store.socket_token_now
             )
             await self.services.start()
             # what this gateway's views hide because its config names it, hidden in every other's too

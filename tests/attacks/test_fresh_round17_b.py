@@ -22,6 +22,7 @@ from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import request_decision
 from engine.approvals.store import ApprovalsStore
 from engine.config.model import ConfigError
+from engine.nodes import wire
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.hostile_node import Hostile, ask
@@ -389,12 +390,6 @@ async def test_class3_agent_mains_slow_decisions_hold_the_operators_own_exec(sta
 GATEWAY_NODE = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's approval.request is cut field by field, but the decoded frame stays alive while "
-    "its ask waits (relay_approval holds `params` across `manager.wait`): a 4 MiB frame of `[{},…]` in a "
-    "field the gateway never reads pins ~100 MB per waiting ask, 8 per run, 64 per node",
-)
 async def test_class3_a_compromised_nodes_waiting_ask_pins_its_whole_decoded_frame(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -425,14 +420,44 @@ async def test_class3_a_compromised_nodes_waiting_ask_pins_its_whole_decoded_fra
             await main.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a socket ask is relayed with the gateway token's proof (`anonymous>main@<gateway token "
-    "id>`), never the exec-approvals.sock token that made it: replacing a leaked socket token shuts it out "
-    "at the next frame, but its asks already relayed stay approvable, and an allow-always saves main's entry",
-)
+async def test_class3_a_nodes_waiting_asks_pin_nothing_wherever_the_padding_is(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """The neighbours of the padded ask: the list of `{}` beside the frame's params, beside the ask's
+    request, and in the fields the gateway does read (env, warnings, allowed decisions). Each ask waits;
+    none may keep what it was padded with."""
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(GATEWAY_NODE + config)
+    hostile = Hostile(sshd_nodes[0], state_dir)
+    pad = [{} for _ in range(1_000_000)]  # ~3 MB of JSON
+    async with gateway(state_dir) as server:
+        main = await connect(state_dir, operator=False)
+        try:
+            running = asyncio.ensure_future(main.request("exec", {"command": "ls", "node": "alpha"}))
+            run = str((await hostile.next_run())["params"]["runId"])
+            frames = [{**ask("r1", run, command="id 1"), "pad": pad}]
+            frames.append(ask("r2", run, command="id 2"))
+            frames[-1]["params"]["pad"] = pad
+            for n, key in enumerate(("env", "warnings", "allowedDecisions"), 3):
+                frames.append(ask(f"r{n}", run, command=f"id {n}", **{key: pad}))
+            for n, frame in enumerate(frames, 1):
+                tracemalloc.start()
+                try:
+                    base = tracemalloc.get_traced_memory()[0]
+                    await hostile.inject(frame)
+                    await wait_until(lambda n=n: len(server.services.approvals.pending()) >= n, timeout=30)
+                    held = tracemalloc.get_traced_memory()[0] - base
+                finally:
+                    tracemalloc.stop()
+                assert held < 8 * MiB, f"ask {frame['id']} holds {held / MiB:.0f} MiB"
+            running.cancel()
+        finally:
+            await main.close()
+
+
+@pytest.mark.parametrize("decision", ["allow-always", "allow-once"])  # the neighbour: a yes of any kind
 async def test_class1_a_replaced_socket_tokens_relayed_ask_still_saves_main_an_allow_always(
-    state_dir: Path,
+    state_dir: Path, decision: str
 ) -> None:
     """exec-approvals.sock's token leaked; its holder asks for `cat /etc/hostname` on the socket, and the
     console relays the ask to the gateway (as `socket_decider` does). The operator replaces the token in
@@ -466,8 +491,9 @@ async def test_class1_a_replaced_socket_tokens_relayed_ask_still_saves_main_an_a
                 await wait_until(lambda: not server.services.approvals.pending(), timeout=2)
             waiting = server.services.approvals.pending()
             if waiting:
-                await console.request("approve", {"id": waiting[0].id, "decision": "allow-always"})
-            await asyncio.wait_for(asking, 60)
+                await console.request("approve", {"id": waiting[0].id, "decision": decision})
+            answered = await asyncio.wait_for(asking, 60)
+            assert answered in (None, "deny"), answered  # nor is the replaced token's ask allowed at all
             saved = [e.pattern for e in ApprovalsStore(state_dir / "exec-approvals.json").entries("main")]
             assert not any("cat" in p for p in saved), saved
         finally:
@@ -549,12 +575,6 @@ async def test_class5_a_case_variant_of_the_main_session_runs_on_the_host_past_i
                 await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's hello is kept for its link's life (`NodeLink.hello`) with `caps` and `pathEnv` "
-    "uncut: `caps` is `[str(c) for c in …]`, so a 4 MiB list of `{}` becomes 1.4 million strings (~80 MB "
-    "per link, 16 MiB frames allowed), where every other field a node sends is cut to a size",
-)
 async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -582,6 +602,33 @@ async def test_class3_a_compromised_nodes_hello_is_kept_whole_for_its_links_life
             assert held < 16 * MiB, f"the link keeps {held / MiB:.0f} MiB of the node's hello"
         finally:
             await main.close()
+
+
+async def test_class3_every_field_of_a_nodes_hello_is_kept_cut() -> None:
+    """The neighbours of the 1.4 million caps: a hello whose every text field is megabytes long, whose caps
+    are long strings, repeated, or not strings at all. What the link keeps is kilobytes; an over-long node
+    id is refused (cut, it would name another node)."""
+    big = "x" * MiB
+    frame = {
+        "type": "hello",
+        "protocol": 2,
+        "nodeId": "n1",
+        "displayName": big,
+        "version": big,
+        "platform": big,
+        "caps": ["system.run"] * 100_000 + [big, 7, None, {}] + [f"c{i}" for i in range(100_000)],
+        "pathEnv": big,
+        "instance": big,
+        "stateDir": big,
+        "place": big,
+    }
+    hello = wire.decode(json.dumps(frame).encode())
+    assert isinstance(hello, wire.Hello)
+    kept = sum(len(v) for v in vars(hello).values() if isinstance(v, str)) + sum(map(len, hello.caps))
+    assert kept < 64 * 1024 and len(hello.caps) <= 64, (kept, len(hello.caps))
+    assert hello.caps[0] == "system.run" and hello.caps.count("system.run") == 1
+    with pytest.raises(wire.WireError, match="nodeId"):
+        wire.decode(json.dumps({**frame, "nodeId": big}).encode())
 
 
 async def test_class1_a_local_peer_writes_escapes_into_the_operators_terminal_through_the_access_log() -> (

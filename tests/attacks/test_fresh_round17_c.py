@@ -22,6 +22,8 @@ from engine.approvals.store import ApprovalsStore
 from engine.commands import gatewaydirs
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
+from engine.nodes import revoking
+from engine.nodes.revocations import Revocations
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from engine.sandbox.egress import forwarder
 from runner.gateway.server import GatewayBusy
@@ -538,12 +540,6 @@ async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_ev
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke writes what it owes the nodes (node-revocations.json) and sends only what that "
-    "file holds; on a full disk (an agent's host runs can fill it) the write fails, the revoke goes on, "
-    "and no node, even a connected one, is told: the revoked agent's node runs go on.",
-)
 async def test_class7_a_revoke_on_a_full_disk_still_reaches_the_nodes(
     state_dir: Path, sshd_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -584,6 +580,22 @@ async def test_class7_a_revoke_on_a_full_disk_still_reaches_the_nodes(
                     if left:
                         os.kill(left, 9)
         assert not alive, "ops's command on the node outlived its revoke"
+
+
+def test_class7_a_revocation_the_disk_refuses_stays_owed_until_every_node_answered(tmp_path: Path) -> None:
+    """The neighbour on any disk that says no (not only a full one): a state dir under which nothing can be
+    written (a file stands where it should be). The revoke's revocation is still owed to each node, from
+    this process, until each configured node answered it; the host kill the disk refused costs it nothing."""
+    state = tmp_path / "not-a-dir"
+    state.write_text("")
+    revoking.owe(state, "ops", "old-token", nodes=True)
+    [owed] = Revocations(state).owed("alpha")
+    assert owed.agent == "ops" and Revocations(state).pending() == 1
+    Revocations(state).acked("alpha", owed.revocation, ["alpha", "beta"])
+    assert not Revocations(state).owed("alpha")
+    assert [w.revocation for w in Revocations(state).owed("beta")] == [owed.revocation]
+    Revocations(state).acked("beta", owed.revocation, ["alpha", "beta"])
+    assert Revocations(state).pending() == 0
 
 
 NAP = "600.1717"  # the node command's own mark in the process table

@@ -15,13 +15,19 @@ frame, before anything else reads it; the gateway's `approvals.relay` decides it
 from __future__ import annotations
 
 from engine.config.model import Config
-from engine.principals import MAIN_AGENT, key_owner, own_key
+from engine.principals import MAIN_AGENT, credential_id, key_owner, own_key
 
 REASON = "principal"  # the `reason` of every refusal here, on both frame kinds
 
 
 class NotThisPrincipal(Exception):
     """The frame asks to act as someone its client did not prove to be; the message says why."""
+
+
+def socket_token_id(token: str) -> str:
+    """Which socket token a frame proved: a digest (64 bits, as the gateway's token ids), never the token.
+    A relayed ask is filed under it (the gateway's `socket>` proof), so it ends when the token is replaced."""
+    return credential_id(token)[:16]
 
 
 def socket_principal(config: Config) -> str | None:

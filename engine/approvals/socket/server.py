@@ -21,7 +21,7 @@ from typing import Any
 
 from engine import jsontext, redact, statefs
 from engine.approvals.socket.principal import REASON as PRINCIPAL
-from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
+from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key, socket_token_id
 from engine.approvals.socket.wire import EXEC_TIMEOUT_S as EXEC_TIMEOUT_S
 from engine.approvals.socket.wire import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from engine.approvals.socket.wire import REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S
@@ -374,6 +374,7 @@ class ApprovalSocketServer:
             return
         self.stats["accepted"] += 1
         prompt = PromptRequest.from_wire(rid, body, peer.pid, agent, key)
+        prompt = dataclasses.replace(prompt, token_id=socket_token_id(str(frame.get("token"))))
         del frame, body  # the prompt waits for the human, not the frame it came in (_handle)
         seen = await self._fingerprint(prompt.command, prompt.cwd, agent)  # before the human looks
         decision = await self._ask(prompt, writer)

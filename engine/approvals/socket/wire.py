@@ -53,6 +53,9 @@ class PromptRequest:
     # An `exec` frame's env overrides, keys and values: what the command runs with beyond the sanitised
     # base, shown wherever the ask is (issue 27 §3); never read from a `request` frame.
     env: tuple[tuple[str, str], ...] = ()
+    # Which socket token the frame proved (principals.credential_id, a digest, never the token): a relayed
+    # ask is filed under it, so replacing the token ends what it asked (the gateway's `socket>` proof).
+    token_id: str = ""
 
     def __post_init__(self) -> None:
         # An `exec` frame's ask names the paths this host resolved (its cwd, the program, the warnings): one

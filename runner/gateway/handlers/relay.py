@@ -25,7 +25,7 @@ from engine.policy.decision import evaluate
 from engine.protocol.requests import ApprovalsRelay
 from engine.results import ToolError
 from runner.gateway.handlers.common import require_operator
-from runner.gateway.liveprincipal import anonymous_proof
+from runner.gateway.liveprincipal import anonymous_proof, socket_proof
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -48,8 +48,14 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         session_key = frame_key(agent, req.session_key, "request") or ""
     except NotThisPrincipal as exc:
         raise InvalidInput(f"approvals.relay: {exc}") from None
-    # What proves the socket's client: a shared token alone, as the gateway token alone proves main
-    proof = anonymous_proof(agent, services.server.tokens.gateway.current() if services.server else "")
+    # What proves the socket's client: the socket token its frame proved (a shared token alone, as the
+    # gateway token alone proves main), by its id: the ask is filed under it, and stamp.stale() below, where
+    # an allow-always is saved, decides it again against exec-approvals.json now. A relay naming no token
+    # is the operator's own (only an operator relays): filed under the gateway token, as before.
+    if req.socket_token:
+        proof = socket_proof(agent, req.socket_token)
+    else:
+        proof = anonymous_proof(agent, services.server.tokens.gateway.current() if services.server else "")
     cwd = req.cwd or ""
     offered = req.allowed_decisions
     allowed = tuple(d for d in DECISIONS if offered is None or d in offered)
@@ -105,8 +111,11 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         generations.reset(authorized)
     answer = await services.approvals.wait(record)
     patterns = decision.allow_always_patterns
-    # Nothing is saved for a principal cut off (or revoked) since the yes: its ask is settled, not allowed.
-    if answer == "allow-always" and patterns and not record.revoked and not stamp.stale():
+    # Nothing is saved, nor allowed, for a principal cut off (or revoked, or its socket token replaced)
+    # since the ask: decided here, once, after the wait (the one point every yes passes).
+    if answer != "deny" and stamp.stale():
+        answer = "deny"
+    if answer == "allow-always" and patterns and not record.revoked:
         try:
             if record.grant is not None:
                 if record.grant_id is not None:  # chosen with the decision: made once (GrantStore.ensure)
