@@ -248,8 +248,14 @@ def _judge_secrets(
 
 class StateDirRefusedError(Exception):
     """A state dir this service may not trust: another account may write it or a dir above it, or it is
-    an existing one no gateway of this account recorded that holds anything, or sits where others write
-    (whoever made it chose what is in it)."""
+    an existing one no gateway of this account recorded that holds more than the operator's config, or
+    sits where others write (whoever made it chose what is in it)."""
+
+
+# What the operator writes in a state dir before its first start (its config, its allowlist): all an
+# unrecorded one may hold. An allow-list, not a list of what a gateway makes: any other name (a helper, an
+# override, a socket, a token) is content someone else may have chosen (fresh round 16 a).
+OPERATOR_MADE = frozenset({"config.toml", "exec-approvals.json", "exec-approvals.json.lock"})
 
 
 def claim(home: str, state: str) -> None:
@@ -311,13 +317,14 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
     by the caller), refused if a link has taken a place on it since. First by who may write it (judge):
     no other account may, it or any dir above. Then, for an existing dir no gateway of this account
     recorded (this account's host runs write what it writes, the home's hostWritable dirs too): it must
-    be empty and not sit in a dir others may write (a sticky one: whoever may write there may have made
-    it). Not even a config or an allowlist: a host run is this account, so a file of this uid tells
-    nothing of who wrote it, and a planted `config.toml` (security full) or `exec-approvals.json` would be
-    the policy of the gateway started there (fresh round 17 c). The operator's CLI records a dir before it
-    writes there (claim), the home's top level needs no record, and the operator may name any other once
-    in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv). Otherwise
-    StateDirRefusedError, naming the dir and why."""
+    hold nothing but the operator's config (OPERATOR_MADE) and not sit in a dir others may write (a
+    sticky one: whoever may write there may have made it). Open (fresh round 17 c, strict xfails): a host
+    run is this account, so a planted `config.toml` or `exec-approvals.json` in such a dir is taken as the
+    operator's; refusing both broke the node's `stateDir` flow (a config written before the first start)
+    and was left for a construction that records what the operator writes. The operator's CLI records a
+    dir before it writes there (claim), the home's top level needs no record, and the operator may name
+    any other once in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv).
+    Otherwise StateDirRefusedError, naming the dir and why."""
     env = os.environ if environ is None else environ
     real = os.path.realpath(state)
     if resolved and real != os.path.abspath(state):
@@ -344,7 +351,7 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
         names = os.listdir(real)
         if os.stat(os.path.dirname(real)).st_mode & 0o022:
             names.append("")  # present in a dir others may write: whoever may write there may have made it
-    held = sorted(set(names))
+    held = sorted(set(names) - OPERATOR_MADE)
     if held:
         where = (
             f"holds {', '.join(n for n in held[:6] if n)}{', ...' if len(held) > 6 else ''}"

@@ -166,8 +166,8 @@ def _run(parser: argparse.ArgumentParser, argv: list[str], as_json: bool) -> int
 
 def _claim_state_dir() -> None:
     """The operator's verb may write the state dir before any gateway made it (`agents add`): recorded
-    first when new or empty (before its config is written), so the gateway adopts it
-    (engine.commands.gatewaydirs; a host run's CLI cannot write the home, so records nothing)."""
+    first when new or holding no gateway's file, so the gateway adopts it (engine.commands.gatewaydirs;
+    a host run's CLI cannot write the home, so records nothing)."""
     from engine.commands import gatewaydirs, hostoutside
     from engine.statefs import state_dir
 
