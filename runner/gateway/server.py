@@ -82,9 +82,13 @@ class GatewayServer:
         self.state_dir = statefs.pin_state_dir(self._named_state_dir)
         self.socket_path = socket_path(self.state_dir)
         self.handshake_timeout = handshake_timeout
-        self.services = Services(
-            self.state_dir, config_path=config_path, approval_timeout_ms=approval_timeout_ms, server=self
-        )
+        try:
+            self.services = Services(
+                self.state_dir, config_path=config_path, approval_timeout_ms=approval_timeout_ms, server=self
+            )
+        except BaseException:  # (a refused config): the pin goes with the gateway that was never made
+            self._unpin()
+            raise
         self._server: asyncio.AbstractServer | None = None
         self._lock_fd: int | None = None
         self._stopped = asyncio.Event()
