@@ -13,7 +13,24 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _pytest._code import code as _pytest_code
 from hypothesis import HealthCheck, settings
+
+_statement_range = _pytest_code.getstatementrange_ast
+
+
+def _statement_range_or_line(*args: object, **kwargs: object) -> object:
+    """pytest's own source lookup for a failure's report, with CPython 3.11's `SystemError: AST
+    constructor recursion depth mismatch` (seen once in a long run, while pytest formatted an expected
+    xfail's traceback, aborting the run as INTERNALERROR) taken as the SyntaxError pytest already falls
+    back from (it shows the failing line alone). What the tests decide is untouched."""
+    try:
+        return _statement_range(*args, **kwargs)  # type: ignore[arg-type]
+    except SystemError as exc:
+        raise SyntaxError(str(exc)) from exc
+
+
+_pytest_code.getstatementrange_ast = _statement_range_or_line  # type: ignore[assignment]
 
 # Property tests run the same examples every time unless asked to explore: a submission must never fail to
 # land by chance, and whether a CI sets `CI` is not ours to know (`.ci/run` runs the README command, which
