@@ -94,6 +94,11 @@ async def run_action(
     if not session_id:
         return _fail("sessionId is required for this action.")
     session = manager.get(session_id, scope)
+    if session is not None and not session.exited and not session.backgrounded and name != "clear":
+        # The operator's list shows foreground runs too: it may read and stop one, never take its output.
+        operator_view = scope is None or operator
+        if not (operator_view and name in OPERATOR_FOREGROUND):
+            return _fail(_foreground_text(session_id, operator_view=operator_view))
     refused = session.spec.input_refused if session is not None else ""
     # The operator may always type (scope None, or its console acting in one scope); the agent may not.
     if name in INPUT_ACTIONS and scope is not None and not operator and refused:
@@ -102,13 +107,22 @@ async def run_action(
 
 
 INPUT_ACTIONS = frozenset({"write", "send-keys", "submit", "paste"})
+OPERATOR_FOREGROUND = frozenset({"log", "kill"})
+
+
+def _foreground_text(session_id: str, *, operator_view: bool) -> str:
+    text = f"Session {session_id} is not backgrounded."  # the agent's text is OpenClaw's, exactly
+    if operator_view:
+        text += (
+            " It runs in the foreground and its agent is waiting for it: process log reads its output,"
+            " process kill stops it."
+        )
+    return text
 
 
 async def _kill(manager: SessionManager, name: str, session: Any, session_id: str, params: Any) -> ToolResult:
     if session is None or session.exited:
         return _fail(f"No active session found for {session_id}")
-    if not session.backgrounded:
-        return _fail(f"Session {session_id} is not backgrounded.")
     if not manager.request_kill(session):
         return _fail(f"Unable to terminate session {session_id}: no active supervisor run or process id.")
     # The status says what is true when we answer: a process that ignores SIGTERM for a while is
@@ -143,8 +157,6 @@ async def _remove(
     if session is None or (session.exited and not session.listed):
         return _fail(f"No session found for {session_id}", error="not-found")
     if not session.exited:
-        if not session.backgrounded:
-            return _fail(f"Session {session_id} is not backgrounded.")
         manager.request_kill(session)
         session.backgrounded = False  # dropped now: no exit notice for a session the agent removed
         manager.registry.drop(session_id)
@@ -215,8 +227,6 @@ async def _poll(
 ) -> ToolResult:
     if session is None or (session.exited and not session.listed):
         return _fail(f"No session found for {sid}", error="not-found")
-    if not session.exited and not session.backgrounded:
-        return _fail(f"Session {sid} is not backgrounded.")
     wait_ms = max(0, min(MAX_POLL_WAIT_MS, _int_param(params.get("timeout")) or 0))
     if wait_ms and not session.exited and not session.output.has_pending():
         # Wakes on new output or exit: an interactive prompt reaches the agent before the timeout.
@@ -260,8 +270,6 @@ async def _poll(
 async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> ToolResult:
     if session is None or (session.exited and not session.listed):
         return _fail(f"No session found for {sid}", error="not-found")
-    if not session.exited and not session.backgrounded:
-        return _fail(f"Session {sid} is not backgrounded.")
     offset, limit = _int_param(params.get("offset")), _int_param(params.get("limit"))
     output = session.output
 
@@ -296,8 +304,6 @@ async def _input(
 ) -> ToolResult:
     if session is None or session.exited:
         return _fail(f"No active session found for {sid}")
-    if not session.backgrounded:
-        return _fail(f"Session {sid} is not backgrounded.")
     raw = session.handle
     if raw is None or not session.stdin_writable:
         return _fail(f"Session {sid} stdin is not writable.")

@@ -564,3 +564,26 @@ def test_paste_encoding_cannot_escape_brackets() -> None:
     assert encode_paste("ls\n") == "\x1b[200~ls\n\x1b[201~"
     assert encode_paste("ls\n", bracketed=False) == "ls\n"
     assert encode_paste("a\x1b[201~rm -rf ~\n") == "\x1b[200~arm -rf ~\n\x1b[201~"
+
+
+async def test_the_operator_reads_and_stops_a_foreground_run_its_list_shows(mgr: SessionManager) -> None:
+    """The operator's list shows foreground runs; what it may do with one is said, and log and kill work
+    (the agent's own poll would drain output its waiting exec returns, so poll stays refused)."""
+    task = asyncio.create_task(
+        mgr.run(RunSpec(command="echo started; exec cat", yield_ms=60_000, stdin=True, scope_key="s1"))
+    )
+    await wait_until(lambda: mgr.list_sessions(None))
+    sid = mgr.list_sessions(None)[0]["sessionId"]
+    refused = await mgr.process("poll", {"sessionId": sid}, None)
+    assert refused.text.startswith(f"Session {sid} is not backgrounded. It runs in the foreground")
+    assert "process log" in refused.text
+    await wait_until(lambda: "started" in mgr.registry.get(sid).output.tail())  # type: ignore[union-attr]
+    log = await mgr.process("log", {"sessionId": sid}, None)
+    assert log.text == "started", log.text
+    # the agent's view of the same run is unchanged
+    assert (await mgr.process("log", {"sessionId": sid}, "s1")).text == f"Session {sid} is not backgrounded."
+    killed = await mgr.process("kill", {"sessionId": sid}, None)
+    assert killed.details["terminationRequested"] is True, killed.text
+    result = await task
+    assert result.details["status"] == "failed", result.details
+    assert "started" in result.text
