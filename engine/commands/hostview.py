@@ -85,7 +85,7 @@ from engine.commands.hosttrust import (
 )
 
 ENV = "/usr/bin/env"
-CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
+SYSFS = "/sys"  # read-only whole in every view (view_args), its cgroup hierarchies with it
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
 _TERMINAL = "INT,QUIT,TSTP"
 IGNORE = f"--ignore-signal={_TERMINAL}"
@@ -318,11 +318,14 @@ def view_args(
         if os.path.exists(path) and not under(path, state) and not inside(os.path.realpath(path), home):
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
-    # The cgroup hierarchies read-only: the run joined its agent's pids group before the view (exechost-
-    # hostenter `join`), and every group's `tasks` and `pids.max` are the gateway uid's files: a run could
-    # leave its group, fill another agent's or lift the caps (fresh round 9 y). The kernel's mount, by name.
-    if os.path.isdir(CGROUPS) and not os.path.islink(CGROUPS):
-        args += ["--ro-bind", CGROUPS, CGROUPS]
+    # /sys read-only whole, every mount below it with it (bwrap remounts each one read-only): the cgroup
+    # hierarchies (the run joined its agent's pids group before the view, exechost-hostenter `join`, and
+    # every group's `tasks` and `pids.max` are the gateway uid's files: a run could leave its group, fill
+    # another agent's or lift the caps, fresh round 9 y), and every knob a root gateway's run could write
+    # (/sys/power/state suspends the machine, /sys/kernel/*, a device's driver bind: fresh round 17 a).
+    # The whole tree, not a list of knobs: no run needs to write the kernel's. The kernel's mount, by name.
+    if os.path.isdir(SYSFS) and not os.path.islink(SYSFS):
+        args += ["--ro-bind", SYSFS, SYSFS]
     # the operator's sockets in the home, none connectable (engine.commands.homesockets): after the
     # shadows, whose subdirectories are bound from the host as they are; one directly in a shadowed dir is
     # not there already

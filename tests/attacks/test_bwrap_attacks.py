@@ -19,6 +19,7 @@ import pytest
 from engine import statefs
 from engine.sandbox import SandboxExec, SandboxManager, prepare_exec
 from tests.helpers.bwrap import bwrap_config, bwrap_mgr, needs_bwrap, run
+from tests.helpers.sandbox import sys_probe
 
 pytestmark = [pytest.mark.bwrap, needs_bwrap]
 __all__ = ["bwrap_mgr"]
@@ -75,6 +76,14 @@ async def test_global_sysctls_cannot_be_written(bwrap_mgr: SandboxManager) -> No
         'v=$(cat /proc/sys/$f); (echo "$v" > /proc/sys/$f) 2>/dev/null && echo wrote:$f; done; echo end',
     )
     assert out == "end\n"
+
+
+async def test_sys_is_read_only_or_absent(bwrap_mgr: SandboxManager) -> None:
+    """Fresh round 17 a found the host view's /sys writable to a root gateway's run (/sys/power/state
+    suspends the machine): a sandbox's view mounts no /sys of the host's but read-only, if any."""
+    sx = await _sandbox(bwrap_mgr)
+    _, out, _ = await run(sx, sys_probe())
+    assert out.splitlines() == ["END"], out
 
 
 async def test_host_ports_and_abstract_sockets_are_unreachable(bwrap_mgr: SandboxManager) -> None:

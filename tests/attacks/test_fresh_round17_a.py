@@ -17,7 +17,7 @@ import pytest
 from engine.sandbox import bwrap, docker_ops
 from tests.attacks.harness import attempt
 from tests.helpers.browser import browser_image
-from tests.helpers.sandbox import build_test_image
+from tests.helpers.sandbox import build_test_image, sys_probe
 
 ALLOWLIST_HOST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
 
@@ -792,14 +792,7 @@ async def test_class1_a_root_host_runs_capabilities_make_no_file_more_than_its_m
     "knob",
     [
         "/proc/sys/kernel/core_pattern",
-        pytest.param(
-            "/sys/power/state",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: a root gateway's host view shows the host's /sys writable (/sys/power/state "
-                "suspends the machine); /proc/sys is covered read-only by construction (fixroot17), /sys not",
-            ),
-        ),
+        "/sys/power/state",  # (the view's /sys is read-only whole: hostview.SYSFS)
     ],
 )
 async def test_class1_a_root_host_run_opens_kernel_core_pattern_for_writing(
@@ -818,3 +811,15 @@ async def test_class1_a_root_host_run_opens_kernel_core_pattern_for_writing(
     assert Path(knob).read_text() == before  # (nothing was written)
     assert details["status"] == "completed", details["_text"]
     assert details.get("exitCode") != 0, f"a host run opened the host's {knob} for writing"
+
+
+async def test_class1_a_host_views_sys_is_read_only_whole(state_dir: Path) -> None:
+    """The variant by any other knob (a device's driver `bind`, /sys/kernel/*, a cgroup file): every
+    mount at or under the view's /sys is read-only, for a root gateway's run and any other."""
+    details = await attempt(
+        state_dir,
+        sys_probe(),
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+    )
+    assert details["status"] == "completed", details["_text"]
+    assert details["_text"].split() == ["END"], details["_text"]

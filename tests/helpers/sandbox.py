@@ -32,3 +32,20 @@ def unmount_workspace(path: str | os.PathLike[str]) -> None:
     only): its mount detached and its image removed, so a test can rename, remove or replace the dir."""
     path = os.fspath(path)
     wsfs.remove(os.path.dirname(path), path)
+
+
+def sys_probe(*, own_tmpfs: bool = False) -> str:
+    """A shell command printing each mount at or under /sys in its view that is not read-only (the last
+    one at each place: what is seen there; with `own_tmpfs`, but a tmpfs: Docker's v1 /sys/fs/cgroup is one
+    of the container's own, nothing of the kernel's), then `wrote:` for each of two kernel knobs it could
+    open for writing (root-owned 0644 files: the uid alone would be enough; opened for append, nothing
+    written), then END."""
+    keep = ' && t[p] != "tmpfs"' if own_tmpfs else ""
+    return (
+        'awk \'$5 == "/sys" || index($5, "/sys/") == 1 { for (i = 7; $i != "-"; i++); '
+        'split($6, o, ","); ro[$5] = o[1]; t[$5] = $(i + 1) } '
+        f'END {{ for (p in ro) if (ro[p] != "ro"{keep}) print "writable-mount", p, t[p] }}\' '
+        "/proc/self/mountinfo; "
+        "for f in /sys/power/state /sys/kernel/mm/transparent_hugepage/enabled; do "
+        "[ -e $f ] && (: >> $f) 2>/dev/null && echo wrote:$f; done; echo END"
+    )

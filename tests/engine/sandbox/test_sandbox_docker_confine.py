@@ -17,7 +17,7 @@ import pytest
 from engine.sandbox import docker_ops, dockercg, dockerseccomp, rambudget
 from engine.sandbox.seccomprules import MODE_ARG, REFUSED_SYSCALLS, SET_ID_BITS
 from engine.sandbox.settings import DockerSettings, state_id
-from tests.helpers.sandbox import build_test_image, remove_labelled
+from tests.helpers.sandbox import build_test_image, remove_labelled, sys_probe
 
 RUN_ID = f"confine-{os.getpid()}-{secrets.token_hex(3)}"
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -127,6 +127,20 @@ def test_an_operator_keeping_capabilities_still_gets_no_set_id_file_nor_file_cap
         assert bounding & (1 << 0)  # CAP_CHOWN: the operator's choice held
         assert "Operation not permitted" in out
         assert _set_id_files(tmp_path) == []
+    finally:
+        box.remove()
+
+
+@pytest.mark.docker
+def test_a_sandbox_sees_sys_read_only_even_keeping_capabilities(image: str, tmp_path: Path) -> None:
+    """/sys read-only whole in every container (fresh round 17 a, the host view's /sys): Docker mounts sysfs
+    read-only in an unprivileged container, whatever capabilities the operator leaves it (cap_drop
+    narrowed to nothing here) and whatever its uid (the image's root here)."""
+    box = Box(image, DockerSettings(image=image, cap_drop=()), tmp_path)
+    try:
+        code, out = box.sh(sys_probe(own_tmpfs=True))
+        assert code == 0, out
+        assert out.splitlines() == ["END"], out
     finally:
         box.remove()
 
