@@ -145,3 +145,67 @@ async def test_class3_one_agents_run_takes_the_hosts_open_file_table(state_dir: 
     details = await attempt(state_dir, script, config=BWRAP if where == "bwrap-sandbox" else FULL)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+# Holds an eighth of the host's TCP memory (net.ipv4.tcp_mem[2], in pages, one count for every network
+# namespace; passed in: only the initial namespace shows it): loopback pairs in the run's own namespace
+# whose receiver never reads, each side's buffer asked as large as net.core allows, the sender filled
+# until it would block. /proc/net/sockstat's `mem` is the protocol's count for the whole machine.
+_TCP_MEMORY = """
+import resource, socket, sys
+tcp_max = int(sys.argv[1])
+want = tcp_max // 8 + 1
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+def mem():
+    for line in open("/proc/net/sockstat"):
+        if line.startswith("TCP:"):
+            f = line.split()
+            return int(f[f.index("mem") + 1])
+    return 0
+base = mem()
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(4096)
+held, pairs = [], 0
+while mem() - base < want and 2 * pairs + 32 < hard:
+    c = socket.socket()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+    c.connect(srv.getsockname())
+    s, _ = srv.accept()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    c.setblocking(False)
+    try:
+        while True:
+            c.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    held += [c, s]
+    pairs += 1
+got = mem() - base
+print("pairs", pairs, "held", got, "pages of tcp_mem's", tcp_max)
+print("REACHED" if got >= want else "SAFE")
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: TCP memory (net.ipv4.tcp_mem, tcp_memory_allocated) is one count for the whole machine, "
+    "divided by no network namespace, and a v1 memory cgroup does not charge socket buffers (no "
+    "kmem.tcp limit): one python process of one agent's sandbox (network none: its own loopback) or host "
+    "run held an eighth of it in 26 loopback pairs it never reads; 8x that (one process's fds suffice) "
+    "puts every TCP socket on the host (egress proxy, node links over ssh, the operator's) past "
+    "tcp_mem's maximum, where no socket may grow its buffers. Closing the class: socket memory charged "
+    "to the agent's own memory group (cgroup v2 memory, or v1 memory.kmem.tcp.limit_in_bytes per agent)",
+)
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+@pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/tcp_mem"), reason="no IPv4 TCP")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "host"])
+async def test_class3_one_agents_run_takes_the_hosts_tcp_memory(state_dir: Path, where: str) -> None:
+    if where == "bwrap-sandbox" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    tcp_max = Path("/proc/sys/net/ipv4/tcp_mem").read_text().split()[2]
+    script = f"cat > /tmp/tcpmem.py <<'PYEOF'\n{_TCP_MEMORY}PYEOF\npython3 /tmp/tcpmem.py {tcp_max}"
+    details = await attempt(state_dir, script, config=BWRAP if where == "bwrap-sandbox" else FULL)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
