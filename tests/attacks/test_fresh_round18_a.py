@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from engine.sandbox import docker_ops
 from tests.attacks.harness import attempt
 
 # The agent's command runs unasked (security = "full"): what its run can reach is the view's business.
@@ -16,6 +19,38 @@ BWRAP = (
     '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
     '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
 )
+DOCKER_IMAGE = "exechost-debian-test:bookworm"  # the tests' Debian image (python3 in it)
+DOCKER = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "docker"\n'
+    f'[agents.defaults.sandbox.docker]\nimage = "{DOCKER_IMAGE}"\n'
+)
+
+
+def _where(where: str) -> str:
+    """The config of a run `where` the probe runs (skipped when that backend is not here)."""
+    if where == "bwrap-sandbox":
+        if shutil.which("bwrap") is None:
+            pytest.skip("bubblewrap is not installed")
+        return BWRAP
+    if where == "docker-sandbox":
+        try:
+            docker_ops.client().images.get(DOCKER_IMAGE)
+        except Exception as exc:  # no engine, or no test image
+            pytest.skip(f"no Docker engine with {DOCKER_IMAGE}: {exc}")
+        return DOCKER
+    return FULL
+
+
+@pytest.fixture
+def no_containers_left(state_dir: Path) -> Iterator[None]:
+    """This install's Docker sandboxes removed after the test (the gateway leaves them for reuse)."""
+    yield
+    with contextlib.suppress(Exception):
+        for c in docker_ops.list_sandboxes():
+            docker_ops.remove(c["Id"])
+
+
 PY = "/usr/bin/python3"
 
 
@@ -129,20 +164,22 @@ for k in kids:
 @pytest.mark.xfail(
     strict=True,
     reason="open: no run has a share of the host's open-file table (fs.file-max, one count for the whole "
-    "machine, no namespace or cgroup divides it): a bwrap sandbox's defaults (nofile hard 8192 x pidsLimit "
-    "512 = 4.2M) exceed the whole table (2.47M here), and a host run's (the gateway's nofile x pid_max/4) "
-    "too; one agent's run held an eighth of it (the whole takes a few more processes), after which every "
-    "process without CAP_SYS_ADMIN (other agents' sandboxes, a non-root gateway, the operator's programs) "
-    "gets ENFILE on each open. Closing the class: a per-agent budget, nofile x pids within the agent's "
+    "machine, no namespace or cgroup divides it): a sandbox's defaults, bwrap's and Docker's (nofile hard "
+    "8192 x pidsLimit 512 = 4.2M), exceed the whole table (2.47M here), and a host run's (the gateway's "
+    "nofile x pid_max/4) too; one agent's run held an eighth of it (the whole takes a few more processes), "
+    "after which every process without CAP_SYS_ADMIN (other agents' sandboxes, a non-root gateway, the "
+    "operator's programs) gets ENFILE on each open. Closing the class: a per-agent budget, nofile x pids "
+    "within the agent's "
     "share of fs.file-max, as RAM and disk have shares",
 )
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
-@pytest.mark.parametrize("where", ["bwrap-sandbox", "host"])
-async def test_class3_one_agents_run_takes_the_hosts_open_file_table(state_dir: Path, where: str) -> None:
-    if where == "bwrap-sandbox" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+async def test_class3_one_agents_run_takes_the_hosts_open_file_table(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    config = _where(where)
     script = "cat > /tmp/filetable.py <<'PYEOF'\n" + _FILE_TABLE + "PYEOF\npython3 /tmp/filetable.py"
-    details = await attempt(state_dir, script, config=BWRAP if where == "bwrap-sandbox" else FULL)
+    details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
 
@@ -192,7 +229,7 @@ print("REACHED" if got >= want else "SAFE")
     strict=True,
     reason="open: TCP memory (net.ipv4.tcp_mem, tcp_memory_allocated) is one count for the whole machine, "
     "divided by no network namespace, and a v1 memory cgroup does not charge socket buffers (no "
-    "kmem.tcp limit): one python process of one agent's sandbox (network none: its own loopback) or host "
+    "kmem.tcp limit): one python process of one agent's sandbox (bwrap or Docker, its own loopback) or host "
     "run held an eighth of it in 26 loopback pairs it never reads; 8x that (one process's fds suffice) "
     "puts every TCP socket on the host (egress proxy, node links over ssh, the operator's) past "
     "tcp_mem's maximum, where no socket may grow its buffers. Closing the class: socket memory charged "
@@ -200,12 +237,13 @@ print("REACHED" if got >= want else "SAFE")
 )
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
 @pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/tcp_mem"), reason="no IPv4 TCP")
-@pytest.mark.parametrize("where", ["bwrap-sandbox", "host"])
-async def test_class3_one_agents_run_takes_the_hosts_tcp_memory(state_dir: Path, where: str) -> None:
-    if where == "bwrap-sandbox" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+async def test_class3_one_agents_run_takes_the_hosts_tcp_memory(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    config = _where(where)
     tcp_max = Path("/proc/sys/net/ipv4/tcp_mem").read_text().split()[2]
     script = f"cat > /tmp/tcpmem.py <<'PYEOF'\n{_TCP_MEMORY}PYEOF\npython3 /tmp/tcpmem.py {tcp_max}"
-    details = await attempt(state_dir, script, config=BWRAP if where == "bwrap-sandbox" else FULL)
+    details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
