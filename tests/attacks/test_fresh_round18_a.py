@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ctypes
 import os
 import shutil
 from collections.abc import Iterator
@@ -247,3 +249,63 @@ async def test_class3_one_agents_run_takes_the_hosts_tcp_memory(
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+# In a Docker sandbox: takes every inotify instance its uid may have, says how many in the workspace, and
+# holds them until the test has looked (a FIFO there: opened for reading, it waits for the test's close).
+_INOTIFY_HOLD = """
+import ctypes, os
+c = ctypes.CDLL(None, use_errno=True)
+fds = []
+while True:
+    fd = c.inotify_init1(0)
+    if fd < 0:
+        break
+    fds.append(fd)
+os.mkfifo("/workspace/release")
+with open("/workspace/.held", "w") as f:
+    f.write(str(len(fds)))
+os.rename("/workspace/.held", "/workspace/inotify-held")
+open("/workspace/release").read()
+print("held", len(fds), "inotify instances")
+"""
+
+
+def _inotify_errno() -> int:
+    """0 when this process (the gateway's account, root) can make an inotify instance, else its errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    if fd >= 0:
+        os.close(fd)
+        return 0
+    return ctypes.get_errno()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a root gateway's Docker sandbox is host uid 0 in the initial user namespace (no userns, "
+    "no --user: sandboxuid gives bwrap sandboxes a uid of their own, not Docker's), so the per-uid kernel "
+    "counters it spends are root's: its command took every inotify instance root had left (of 128 per "
+    "uid), and the gateway's own process (root) then got EMFILE from inotify_init, as would every root "
+    "daemon on the host (systemd, dockerd) and every root host run. Closing the class: Docker sandboxes "
+    "as a uid of their own too (the agent's sandboxuid, `--user` or a userns-remap), as bwrap's are",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's Docker sandbox")
+async def test_class3_a_docker_sandbox_takes_roots_inotify_instances(
+    state_dir: Path, no_containers_left: None
+) -> None:
+    config = _where("docker-sandbox")
+    script = f"cat > /tmp/hold.py <<'PYEOF'\n{_INOTIFY_HOLD}PYEOF\npython3 /tmp/hold.py"
+    run = asyncio.create_task(attempt(state_dir, script, config=config))
+    held: Path | None = None
+    for _ in range(6000):  # until the sandbox says it holds them (or its run ended without)
+        held = next(iter(state_dir.rglob("inotify-held")), None)
+        if held is not None or run.done():
+            break
+        await asyncio.sleep(0.02)
+    assert held is not None, (await run) if run.done() else "the sandbox never said it held them"
+    err = _inotify_errno()  # the gateway's own account, while the sandbox holds them
+    await asyncio.to_thread(lambda: os.close(os.open(held.parent / "release", os.O_WRONLY)))
+    details = await run
+    assert details["status"] == "completed", details
+    assert err == 0, f"the gateway's inotify_init: {os.strerror(err)}; {details['_text']}"
