@@ -232,10 +232,11 @@ print("REACHED" if got >= want else "SAFE")
     strict=True,
     reason="open: TCP memory (net.ipv4.tcp_mem, tcp_memory_allocated) is one count for the whole machine, "
     "divided by no network namespace, and a v1 memory cgroup does not charge socket buffers (no "
-    "kmem.tcp limit): one python process of one agent's sandbox (bwrap or Docker, its own loopback) or host "
-    "run held an eighth of it in 26 loopback pairs it never reads; 8x that (one process's fds suffice) "
-    "puts every TCP socket on the host (egress proxy, node links over ssh, the operator's) past "
-    "tcp_mem's maximum, where no socket may grow its buffers. Closing the class: socket memory charged "
+    "kmem.tcp limit; unix sockets' are charged: that run was killed at its cap): one python process of "
+    "one agent's sandbox (bwrap or Docker, memory = 128m, its own loopback) or host run held an eighth "
+    "(292 MB) in 26 loopback pairs it never reads; 8x that (one process's fds suffice) puts every TCP "
+    "socket on the host (egress proxy, node links over ssh, the operator's) past tcp_mem's maximum, "
+    "where no socket may grow its buffers. Closing the class: socket memory charged "
     "to the agent's own memory group (cgroup v2 memory, or v1 memory.kmem.tcp.limit_in_bytes per agent)",
 )
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
@@ -245,6 +246,12 @@ async def test_class3_one_agents_run_takes_the_hosts_tcp_memory(
     state_dir: Path, where: str, no_containers_left: None
 ) -> None:
     config = _where(where)
+    if where == "bwrap-sandbox":  # a small memory cap: the buffers are held past it (no group charges them)
+        config += '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+    elif where == "docker-sandbox":
+        config = config.replace(
+            "[agents.defaults.sandbox.docker]\n", '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+        )
     tcp_max = Path("/proc/sys/net/ipv4/tcp_mem").read_text().split()[2]
     script = f"cat > /tmp/tcpmem.py <<'PYEOF'\n{_TCP_MEMORY}PYEOF\npython3 /tmp/tcpmem.py {tcp_max}"
     details = await attempt(state_dir, script, config=config)
