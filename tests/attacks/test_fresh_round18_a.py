@@ -364,3 +364,37 @@ async def test_class3_a_docker_sandbox_takes_roots_message_queue_bytes(
     assert details["status"] == "completed", details
     err = _mqueue_errno()
     assert err == 0, f"the gateway's mq_open: {os.strerror(err)}; {details['_text']}"
+
+
+# Unix socket pairs whose reader never reads, each sender's buffer asked as large as net.core allows.
+_UNIX_BUFFERS = """
+import fcntl, resource, socket, struct, sys, termios
+want = int(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held, total = [], 0
+while total < want and len(held) + 8 < hard:
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    total += struct.unpack("i", fcntl.ioctl(a, termios.TIOCOUTQ, b"\\0\\0\\0\\0"))[0]
+    held += [a, b]
+print("queued", total >> 20, "MiB")
+print("REACHED" if total >= want else "SAFE")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+async def test_class3_a_sandboxs_unix_socket_buffers_count_against_its_memory_cap(state_dir: Path) -> None:
+    """Held: unlike TCP's, a unix socket's queued buffers are charged to the sandbox's memory group, so a
+    bwrap sandbox capped at 128 MB holding 1 GiB in socket pairs it never reads is killed at its cap."""
+    config = _where("bwrap-sandbox") + '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+    script = f"cat > /tmp/unixbuf.py <<'PYEOF'\n{_UNIX_BUFFERS}PYEOF\npython3 /tmp/unixbuf.py {1 << 30}"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "REACHED" not in details["_text"], details["_text"]
