@@ -398,3 +398,56 @@ async def test_class3_a_sandboxs_unix_socket_buffers_count_against_its_memory_ca
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "REACHED" not in details["_text"], details["_text"]
+
+
+# Opens /dev/ptmx (a terminal each, the slave never opened) until the kernel refuses one, reads the host's
+# one count of terminals outside its initial devpts (kernel.pty.nr against pty.max less pty.reserve), and
+# lets them all go at once.
+_PTYS = """
+import os, resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+fds, why = [], "the fd limit"
+while len(fds) + 16 < hard:
+    try:
+        fds.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    except OSError as e:
+        why = os.strerror(e.errno)
+        break
+def k(name):
+    return int(open("/proc/sys/kernel/pty/" + name).read())
+nr, top = k("nr"), k("max") - k("reserve")
+for fd in fds:
+    os.close(fd)
+print("opened", len(fds), "terminals, then", why, "; kernel.pty.nr", nr, "of", top)
+print("REACHED" if nr + 1 >= top else "SAFE")  # (devpts refuses the one that would reach the top)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a Docker sandbox's /dev/pts is Docker's devpts instance with no max= (the host runs' and "
+    "bwrap sandboxes' are exechost-hostenter's, max=256), and every instance but the host's own draws "
+    "from one count (kernel.pty.max less pty.reserve, 3,072): one command of one agent's Docker sandbox "
+    "opened every terminal of that count, and until it lets go no host run, bwrap sandbox or other "
+    "container of any agent can make a terminal (round 10 b's take, by the backend it did not cover). "
+    "Closing the class: the container's /dev/pts a devpts with max= (a bind of a capped instance, or "
+    "a mount made for it), or terminals counted per agent",
+)
+async def test_class3_a_docker_sandbox_opens_every_terminal_outside_the_hosts_devpts(
+    state_dir: Path, no_containers_left: None
+) -> None:
+    config = _where("docker-sandbox")
+    script = f"cat > /tmp/ptys.py <<'PYEOF'\n{_PTYS}PYEOF\npython3 /tmp/ptys.py"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
+
+
+async def test_class3_a_bwrap_sandbox_opens_at_most_its_share_of_terminals(state_dir: Path) -> None:
+    """Held: a bwrap sandbox's /dev/pts is the helper's instance of 256: the same probe stops there."""
+    config = _where("bwrap-sandbox")
+    script = f"cat > /tmp/ptys.py <<'PYEOF'\n{_PTYS}PYEOF\npython3 /tmp/ptys.py"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
