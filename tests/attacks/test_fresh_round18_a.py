@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.sandbox import docker_ops
+from engine.sandbox import docker_ops, hostcpu
 from tests.attacks.harness import attempt
 
 # The agent's command runs unasked (security = "full"): what its run can reach is the view's business.
@@ -451,3 +451,46 @@ async def test_class3_a_bwrap_sandbox_opens_at_most_its_share_of_terminals(state
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+def _cpu_group(pid: int | str) -> str:
+    """The v1 cpu hierarchy's group of a process (`/` at the root)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+    return ""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: round 17 a's CPU share (engine.sandbox.hostcpu: an agent's runs in a cpu group of their "
+    "own below the install's, weighed as the gateway's) was made for gateway-host runs only: a bwrap "
+    "sandbox's commands stay in the cpu group the gateway is in (pids and memory groups of their own, "
+    "no cpu one), so one agent's sandbox with its 512 busy processes takes 512 parts of every core "
+    "against the gateway's few, as host runs did before the fix. Closing the class: every process an "
+    "agent starts, whatever the backend, joins its agent's cpu group (as its pids and memory groups)",
+)
+@pytest.mark.skipif(not hostcpu.usable(), reason="no writable v1 cpu hierarchy")
+async def test_class3_a_bwrap_sandbox_shares_the_gateways_cpu_group(state_dir: Path) -> None:
+    config = _where("bwrap-sandbox")
+    marker = f"cpu-probe-{os.getpid()}-{id(state_dir):x}"
+    # the command waits on a FIFO of its own /tmp until the test has found it and looked at its group
+    script = f"mkfifo /tmp/go && exec python3 -c 'open(\"/tmp/go\").read()' {marker}"
+    run = asyncio.create_task(attempt(state_dir, script, config=config))
+    found: str | None = None
+    for _ in range(6000):  # until the command runs (or the run ended without it)
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            with contextlib.suppress(OSError):
+                if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found = pid
+        if found is not None or run.done():
+            break
+        await asyncio.sleep(0.02)
+    assert found is not None, (await run) if run.done() else "the sandbox's command never ran"
+    theirs, ours = _cpu_group(found), _cpu_group("self")
+    go = f"/proc/{found}/root/tmp/go"
+    await asyncio.to_thread(lambda: os.close(os.open(go, os.O_WRONLY)))
+    details = await run
+    assert details["status"] == "completed", details
+    assert theirs != ours, f"the sandbox's command is in the gateway's cpu group {ours!r}"
