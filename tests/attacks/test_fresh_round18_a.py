@@ -494,3 +494,49 @@ async def test_class3_a_bwrap_sandbox_shares_the_gateways_cpu_group(state_dir: P
     details = await run
     assert details["status"] == "completed", details
     assert theirs != ours, f"the sandbox's command is in the gateway's cpu group {ours!r}"
+
+
+# A set-id bit by every call that gives a mode, raw (no libc wrapper to refuse first): fchmodat2 by name
+# and on an O_PATH fd (AT_EMPTY_PATH), fchmodat, chmod with the mode's high word set, fchmod (setgid).
+_SET_ID = """
+import ctypes, os, stat
+c = ctypes.CDLL(None, use_errno=True)
+AT = -100
+out = []
+def probe(name, fn):
+    p = f"/tmp/setid-{name}"
+    with open(p, "w") as f: f.write("x")
+    os.chmod(p, 0o755)
+    r = fn(p.encode())
+    e = ctypes.get_errno()
+    m = os.stat(p).st_mode
+    out.append(f"{name}: r={r} errno={e} mode={oct(m)} {'SETID' if m & 0o6000 else 'plain'}")
+probe("fchmodat2", lambda p: c.syscall(452, AT, p, 0o4755, 0))
+probe("fchmodat", lambda p: c.syscall(268, AT, p, 0o4755))
+probe("chmod-hi", lambda p: c.syscall(90, p, 0o4755 | (1 << 32)))
+def fchmod_path(p):
+    fd = os.open(p, os.O_RDONLY)
+    return c.syscall(91, fd, 0o2755)
+probe("fchmod", fchmod_path)
+def via_opath(p):
+    fd = os.open(p, os.O_PATH)
+    return c.syscall(452, fd, b"", 0o4755, 0x1000)  # AT_EMPTY_PATH
+probe("fchmodat2-empty", via_opath)
+print("\\n".join(out))
+print("REACHED" if any("SETID" in o for o in out) else "SAFE")
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 syscall numbers")
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+async def test_class6_no_run_gives_a_file_a_set_id_bit_by_any_call(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    """Held: the one rule set (seccomprules.MODE_ARG) refuses each variant in all three places, the mode's
+    low word read wherever the call has it (a high word set does not hide it)."""
+    config = _where(where)
+    script = f"cat > /tmp/setid.py <<'PYEOF'\n{_SET_ID}PYEOF\npython3 /tmp/setid.py"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
