@@ -462,7 +462,7 @@ def _cpu_group(pid: int | str) -> str:
     return ""
 
 
-@pytest.mark.xfail(
+_CPU_OPEN = pytest.mark.xfail(
     strict=True,
     reason="open: round 17 a's CPU share (engine.sandbox.hostcpu: an agent's runs in a cpu group of their "
     "own below the install's, weighed as the gateway's) was made for gateway-host runs only: a bwrap "
@@ -471,9 +471,20 @@ def _cpu_group(pid: int | str) -> str:
     "against the gateway's few, as host runs did before the fix. Closing the class: every process an "
     "agent starts, whatever the backend, joins its agent's cpu group (as its pids and memory groups)",
 )
+
+
 @pytest.mark.skipif(not hostcpu.usable(), reason="no writable v1 cpu hierarchy")
-async def test_class3_a_bwrap_sandbox_shares_the_gateways_cpu_group(state_dir: Path) -> None:
-    config = _where("bwrap-sandbox")
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param("bwrap-sandbox", marks=_CPU_OPEN),
+        "docker-sandbox",  # held: its cgroup_parent is the agent's group, in the cpu hierarchy too
+    ],
+)
+async def test_class3_a_sandbox_shares_the_gateways_cpu_group(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    config = _where(where)
     marker = f"cpu-probe-{os.getpid()}-{id(state_dir):x}"
     # the command waits on a FIFO of its own /tmp until the test has found it and looked at its group
     script = f"mkfifo /tmp/go && exec python3 -c 'open(\"/tmp/go\").read()' {marker}"
