@@ -73,6 +73,46 @@ def _replace_socket_token(path: Path) -> None:
     os.replace(tmp, path)
 
 
+async def _socket_exec_asked(
+    state_dir: Path, command: list[str], cwd: Path, answer: dict[str, Any], *, rotate: bool = False
+) -> dict[str, Any] | None:
+    """One `exec` frame on exec-approvals.sock, as the console hosts it with the gateway up (its asks
+    relayed: console/app.py socket_decider), answered by the operator with `answer` (an `approve`'s
+    params but the id); `rotate`: the operator replaces the socket token while the ask waits."""
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+
+        async def relay(prompt: PromptRequest) -> str:
+            reply = await console.request(socket_asks.relay_params(prompt))
+            return str(reply.get("decision") or "deny")
+
+        config = str(state_dir / "config.toml")
+        server = ApprovalSocketServer(
+            sock,
+            store.socket_token_now,
+            decider=relay,
+            exec_handler=LocalExecHost(config),
+            config_path=config,
+        )
+        async with server:
+            frame = {"command": command, "cwd": str(cwd), "sessionKey": "s1"}
+            sent = asyncio.ensure_future(request_exec(sock, token, frame, timeout=120))
+
+            async def waiting() -> list[dict[str, Any]]:
+                rows: list[dict[str, Any]] = (await console.request("approvals.pending", {}))["approvals"]
+                return rows
+
+            rows = await wait_until(waiting)
+            if rotate:
+                _replace_socket_token(state_dir / "exec-approvals.json")
+            await console.request("approve", {"id": rows[0]["id"], **answer})
+            result = await sent
+        await console.close()
+    return result
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open: an exec-approvals.sock `exec` frame's ask (LocalExecHost's PromptRequest) carries no "
@@ -82,44 +122,45 @@ def _replace_socket_token(path: Path) -> None:
     "closed this for `request` frames only)",
 )
 async def test_class1_a_replaced_socket_tokens_exec_frame_ask_still_runs(state_dir: Path) -> None:
-    home = Path(os.environ["HOME"])
-    work = home / "work"
+    work = Path(os.environ["HOME"]) / "work"
     work.mkdir()
     write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
-    store = ApprovalsStore(state_dir / "exec-approvals.json")
-    sock, leaked = store.socket_info()
     target = work / "ran-with-the-old-token"
-    async with gateway(state_dir):
-        console = await connect(state_dir)  # the console's link to the gateway (operator)
-
-        async def relay(prompt: PromptRequest) -> str:  # console/app.py socket_decider, gateway up
-            answer = await console.request(socket_asks.relay_params(prompt))
-            return str(answer.get("decision") or "deny")
-
-        server = ApprovalSocketServer(
-            sock,
-            store.socket_token_now,
-            decider=relay,
-            exec_handler=LocalExecHost(str(state_dir / "config.toml")),
-            config_path=str(state_dir / "config.toml"),
-        )
-        async with server:
-            # The leaked token's holder sends an `exec` frame that needs an ask.
-            frame = {"command": ["/usr/bin/touch", str(target)], "cwd": str(work)}
-            sent = asyncio.ensure_future(request_exec(sock, leaked, frame, timeout=120))
-
-            async def waiting() -> list[dict[str, Any]]:
-                rows: list[dict[str, Any]] = (await console.request("approvals.pending", {}))["approvals"]
-                return rows
-
-            rows = await wait_until(waiting)
-            # The operator learns the token leaked and replaces it; the old one opens nothing from now on.
-            _replace_socket_token(state_dir / "exec-approvals.json")
-            assert store.socket_token_now() != leaked
-            # The ask in the inbox looks like any other of main's; the operator says yes.
-            await console.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
-            result = await sent
-        await console.close()
-    saved = [e.pattern for e in store.agent("main").allowlist]
+    # The leaked token's holder sends an `exec` frame that asks; the operator learns of the leak and
+    # replaces the token while the ask waits (the old one opens nothing from then on), then answers the
+    # ask in the inbox, which looks like any other of main's.
+    answer = {"decision": "allow-always"}
+    result = await _socket_exec_asked(state_dir, ["/usr/bin/touch", str(target)], work, answer, rotate=True)
+    saved = [e.pattern for e in ApprovalsStore(state_dir / "exec-approvals.json").agent("main").allowlist]
     assert result is not None
     assert (result.get("ok"), target.exists(), saved) == (False, False, [])
+
+
+# ---- class 2: an exec-approvals.sock `exec` frame's limited grant becomes a permanent allowlist entry ---
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the relay answers the console with the bare decision (`allow-always`), not the grant's "
+    "limits, and LocalExecHost saves every allow-always it is told of as a permanent allowlist entry: the "
+    "operator's one-use (or this-session-only, or 10-minute) grant on an exec-approvals.sock `exec` frame "
+    "becomes main's permanent `/usr/bin/touch` entry in exec-approvals.json",
+)
+@pytest.mark.parametrize(
+    "grant",
+    [{"uses": 1}, {"forMs": 600_000}, {"sessionOnly": True}],
+    ids=["one-use", "ten-minutes", "session"],
+)
+async def test_class2_a_limited_grant_on_a_socket_exec_frame_is_saved_for_good(
+    state_dir: Path, grant: dict[str, Any]
+) -> None:
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    target = work / "once"
+    answer = {"decision": "allow-always", "grant": grant}
+    result = await _socket_exec_asked(state_dir, ["/usr/bin/touch", str(target)], work, answer)
+    assert result is not None and result.get("ok") is True  # the approved run ran, as asked
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    # What the operator allowed was limited: nothing permanent may be in main's allowlist for it.
+    assert [e.pattern for e in store.agent("main").allowlist] == []
