@@ -164,3 +164,37 @@ async def test_class2_a_limited_grant_on_a_socket_exec_frame_is_saved_for_good(
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     # What the operator allowed was limited: nothing permanent may be in main's allowlist for it.
     assert [e.pattern for e in store.agent("main").allowlist] == []
+
+
+# ---- class 3: agent main locks the operator's own exec out ---------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own exec (naming no agent) is decided under main's policy with main's "
+    "session overrides, and an agent alone may set tightening ones: agent main's `/exec security=deny` on "
+    "`agent:main` (or on its main session, which every sessionless call is: canonical_session) refuses the "
+    "operator's own commands until the operator finds and clears it",
+)
+@pytest.mark.parametrize("key", ["agent:main", "main"], ids=["agent-wide", "main-session"])
+async def test_class3_agent_mains_own_lockdown_refuses_the_operators_own_exec(
+    state_dir: Path, key: str
+) -> None:
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        before = await operator.request("exec", {"command": "echo operator-before"})
+        assert "operator-before" in before["text"]
+        # Agent main, alone, tightens "its own" policy: allowed, it only tightens.
+        await main.request("policy.override", {"directive": "/exec security=deny", "sessionKey": key})
+        try:
+            after = await operator.request("exec", {"command": "echo operator-after"})
+        except RemoteError as exc:
+            refused: str | None = str(exc)
+        else:
+            refused = None
+            assert "operator-after" in after["text"]
+        await main.close()
+        await operator.close()
+    assert refused is None, refused
