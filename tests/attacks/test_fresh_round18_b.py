@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from console import socket_asks
 from engine import principals
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
-from engine.approvals.socket.wire import request_exec
+from engine.approvals.socket.wire import exec_frame, request_decision, request_exec
 from engine.approvals.store import ApprovalsStore, generate_token
 from engine.protocol.frames import RemoteError
 from engine.tools.exec_host import LocalExecHost
@@ -198,3 +199,54 @@ async def test_class3_agent_mains_own_lockdown_refuses_the_operators_own_exec(
         await main.close()
         await operator.close()
     assert refused is None, refused
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: OpenClaw's two-step flow (a `request` frame asks, the `exec` frame claims its yes as "
+    "approvalDecision) keeps only the decision's name in the socket server's ledger: the operator's "
+    "one-use grant on the relayed ask reaches LocalExecHost as `allow-always`, which it saves as main's "
+    "permanent allowlist entry",
+)
+async def test_class2_a_one_use_grant_claimed_by_an_exec_frame_is_saved_for_good(state_dir: Path) -> None:
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    argv = ["/usr/bin/touch", str(work / "once")]
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+
+        async def relay(prompt: PromptRequest) -> str:
+            reply = await console.request(socket_asks.relay_params(prompt))
+            return str(reply.get("decision") or "deny")
+
+        config = str(state_dir / "config.toml")
+        server = ApprovalSocketServer(
+            sock,
+            store.socket_token_now,
+            decider=relay,
+            exec_handler=LocalExecHost(config),
+            config_path=config,
+        )
+        async with server:
+            rid = "5a1d7c2e-0b4f-4e8a-9d3c-2f6b1a0e9c71"
+            body = {"command": shlex.join(argv), "cwd": str(work)}
+            asked = asyncio.ensure_future(request_decision(sock, token, body, timeout=120, request_id=rid))
+
+            async def waiting() -> list[dict[str, Any]]:
+                rows: list[dict[str, Any]] = (await console.request("approvals.pending", {}))["approvals"]
+                return rows
+
+            rows = await wait_until(waiting)
+            # The operator allows it once more only (a one-use grant), not for good.
+            await console.request(
+                "approve", {"id": rows[0]["id"], "decision": "allow-always", "grant": {"uses": 1}}
+            )
+            assert await asked == "allow-always"  # (what the socket client is told)
+            claim = {"command": argv, "cwd": str(work), "approvalDecision": "allow-always"}
+            result = await request_exec(sock, token, claim, frame=exec_frame(token, claim, request_id=rid))
+        await console.close()
+    assert result is not None and result.get("ok") is True, result
+    assert [e.pattern for e in store.agent("main").allowlist] == []
