@@ -17,6 +17,7 @@ from engine import principals
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import exec_frame, request_decision, request_exec
 from engine.approvals.store import ApprovalsStore, generate_token
+from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.tools.exec_host import LocalExecHost
 from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
@@ -74,6 +75,22 @@ def _replace_socket_token(path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _hosted_socket(
+    state_dir: Path, console: ControlClient, store: ApprovalsStore, sock: str
+) -> ApprovalSocketServer:
+    """exec-approvals.sock as the console hosts it with the gateway up: every ask relayed to the gateway
+    (console/app.py socket_decider), `exec` frames run by LocalExecHost under the state dir's config."""
+
+    async def relay(prompt: PromptRequest) -> str:
+        reply = await console.request(socket_asks.relay_params(prompt))
+        return str(reply.get("decision") or "deny")
+
+    config = str(state_dir / "config.toml")
+    return ApprovalSocketServer(
+        sock, store.socket_token_now, decider=relay, exec_handler=LocalExecHost(config), config_path=config
+    )
+
+
 async def _socket_exec_asked(
     state_dir: Path, command: list[str], cwd: Path, answer: dict[str, Any], *, rotate: bool = False
 ) -> dict[str, Any] | None:
@@ -85,18 +102,7 @@ async def _socket_exec_asked(
     async with gateway(state_dir):
         console = await connect(state_dir)
 
-        async def relay(prompt: PromptRequest) -> str:
-            reply = await console.request(socket_asks.relay_params(prompt))
-            return str(reply.get("decision") or "deny")
-
-        config = str(state_dir / "config.toml")
-        server = ApprovalSocketServer(
-            sock,
-            store.socket_token_now,
-            decider=relay,
-            exec_handler=LocalExecHost(config),
-            config_path=config,
-        )
+        server = _hosted_socket(state_dir, console, store, sock)
         async with server:
             frame = {"command": command, "cwd": str(cwd), "sessionKey": "s1"}
             sent = asyncio.ensure_future(request_exec(sock, token, frame, timeout=120))
@@ -218,18 +224,7 @@ async def test_class2_a_one_use_grant_claimed_by_an_exec_frame_is_saved_for_good
     async with gateway(state_dir):
         console = await connect(state_dir)
 
-        async def relay(prompt: PromptRequest) -> str:
-            reply = await console.request(socket_asks.relay_params(prompt))
-            return str(reply.get("decision") or "deny")
-
-        config = str(state_dir / "config.toml")
-        server = ApprovalSocketServer(
-            sock,
-            store.socket_token_now,
-            decider=relay,
-            exec_handler=LocalExecHost(config),
-            config_path=config,
-        )
+        server = _hosted_socket(state_dir, console, store, sock)
         async with server:
             rid = "5a1d7c2e-0b4f-4e8a-9d3c-2f6b1a0e9c71"
             body = {"command": shlex.join(argv), "cwd": str(work)}
@@ -250,3 +245,39 @@ async def test_class2_a_one_use_grant_claimed_by_an_exec_frame_is_saved_for_good
         await console.close()
     assert result is not None and result.get("ok") is True, result
     assert [e.pattern for e in store.agent("main").allowlist] == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: LocalExecHost decides an exec-approvals.sock `exec` frame (agent main's, as the socket "
+    "proves) from config.toml and exec-approvals.json alone, never the gateway's session overrides: the "
+    "operator's `/exec security=deny` lockdown of agent:main refuses main over the gateway, and the same "
+    "command still runs unasked on the socket",
+)
+async def test_class1_the_operators_lockdown_of_main_does_not_reach_socket_exec_frames(
+    state_dir: Path,
+) -> None:
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    store.add_allowlist("main", "/usr/bin/touch")
+    sock, token = store.socket_info()
+    target = work / "after-the-lockdown"
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        # The operator locks agent main down (the console's `/exec security=deny` on agent:main).
+        await console.request(
+            "policy.override", {"directive": "/exec security=deny", "sessionKey": "agent:main"}
+        )
+        with pytest.raises(RemoteError, match="security=deny"):
+            await main.request("exec", {"command": f"/usr/bin/touch {target}", "workdir": str(work)})
+        server = _hosted_socket(state_dir, console, store, sock)
+        async with server:
+            frame = {"command": ["/usr/bin/touch", str(target)], "cwd": str(work)}
+            result = await request_exec(sock, token, frame, timeout=60)
+        await main.close()
+        await console.close()
+    assert result is not None
+    assert (result.get("ok"), target.exists()) == (False, False), result
