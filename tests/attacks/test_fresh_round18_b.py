@@ -312,3 +312,37 @@ async def test_class5_a_malformed_request_writes_its_text_into_the_web_consoles_
         printed = await web.stop()
     assert "PROBER-CHOSE-THIS" not in printed
     assert "Traceback" not in printed
+
+
+# ---- class 2/5: every spelling of main's session meets the operator's lockdown (the defence held) --------
+
+
+# From an agent, `AGENT:MAIN:MAIN` is not its main session: own_key (case-sensitive) moves it into its
+# namespace first (`agent:main:AGENT:MAIN:MAIN`), another session, sandboxed under mode "non-main".
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "",
+        "main",
+        "MAIN",
+        " Main\t",
+        "agent:main:main",
+        "agent:main:MAIN",
+        "\u3000main\u00a0",
+        "\u2003agent:main:Main\n",
+    ],
+)
+async def test_class2_every_spelling_of_the_main_session_is_locked_down(
+    state_dir: Path, spelling: str
+) -> None:
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        await operator.request(
+            "policy.override", {"directive": "/exec security=deny", "sessionKey": "agent:main:main"}
+        )
+        with pytest.raises(RemoteError, match="security=deny"):
+            await main.request("exec", {"command": "echo escaped", "sessionKey": spelling})
+        await main.close()
+        await operator.close()
