@@ -4,6 +4,7 @@ connection, a client of exec-approvals.sock holding a leaked token, and agents a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shlex
@@ -346,3 +347,36 @@ async def test_class2_every_spelling_of_the_main_session_is_locked_down(
             await main.request("exec", {"command": "echo escaped", "sessionKey": spelling})
         await main.close()
         await operator.close()
+
+
+# ---- class 1: policy.check digests any file the gateway can read, for any agent, with no ask -----------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `policy.check` (any agent's, no approval, whatever its security) returns the content "
+    "binding's sha256 and size of every file the command names as a script (`sh <path>`), read with the "
+    "gateway's own rights: agent main learns the digest of the operator's 0600 file (or another agent's "
+    "credential, gateway.json, /etc/shadow under a root gateway) and recovers a low-entropy secret offline",
+)
+@pytest.mark.parametrize("security", ["allowlist", "deny"])
+async def test_class1_policy_check_hands_an_agent_the_digest_of_the_operators_private_file(
+    state_dir: Path, security: str
+) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".config").mkdir()
+    pin = home / ".config" / "bank-pin"
+    fd = os.open(pin, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the operator's, 0600 from its first byte
+    os.write(fd, b"4821\n")
+    os.close(fd)
+    write_config(state_dir, f'[tools.exec]\nhost = "gateway"\nsecurity = "{security}"\nask = "on-miss"\n')
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        try:
+            checked = await main.request("policy.check", {"command": f"sh {pin}"})
+        finally:
+            await main.close()
+    digests = {d["path"]: d["sha256"] for d in checked.get("contentDigests") or []}
+    leaked = digests.get(str(pin))
+    found = [f"{n:04d}" for n in range(10_000) if hashlib.sha256(f"{n:04d}\n".encode()).hexdigest() == leaked]
+    assert found == [], f"agent main recovered the operator's PIN {found} from policy.check"
