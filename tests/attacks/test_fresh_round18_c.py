@@ -1,0 +1,116 @@
+"""Fresh round 18 c: state, crashes, nodes and egress (classes 7, 6, 2, 3, 4)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.approvals.store import ApprovalsStore
+from engine.commands import gatewaydirs, hostkeeper
+from engine.protocol.frames import RemoteError
+from tests.helpers.bwrap import needs_bwrap
+from tests.helpers.gateway import connect, gateway, write_config
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a tmpfs with few inodes")
+
+OPS = """[tools.exec]
+host = "gateway"
+security = "allowlist"
+ask = "on-miss"
+
+[[agents.list]]
+id = "ops"
+[agents.list.tools.exec]
+security = "full"
+ask = "off"
+"""
+
+
+@contextlib.contextmanager
+def _small_home(where: Path) -> Iterator[Path]:
+    """A home on its own tmpfs with few inodes (the operator's home disk, which the account's runs share)."""
+    where.mkdir(mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=64,mode=0700", "tmpfs", str(where)], check=True
+    )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _exhaust_inodes(directory: Path) -> list[Path]:
+    """Create empty files until the filesystem has no inode left; returns them (to free them again)."""
+    directory.mkdir()
+    made = []
+    for i in range(100_000):
+        path = directory / f"f{i}"
+        try:
+            path.touch()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            return made
+        made.append(path)
+    raise AssertionError("the filesystem never ran out of inodes")
+
+
+@needs_root
+@needs_bwrap
+@pytest.mark.parametrize(
+    "disk",
+    [
+        "room",
+        pytest.param(
+            "no-inodes",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: gatewaydirs.record_writable records a hostWritable root best effort and marks it "
+                "done in the process even when the write failed (no inode or no byte left in the home): the "
+                "root is never recorded, so once its agent is retired its dir, with what its runs wrote, is "
+                "every other agent's to read in its host view (round 17 a's cover lost to a full disk)",
+            ),
+        ),
+    ],
+)
+async def test_class7_a_retired_agents_dir_stays_covered_after_a_full_home_disk(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, disk: str
+) -> None:
+    """Round 17 a's cover of a retired agent's `hostWritable` dir rests on an `a-` record in the home
+    written at the first view that sees the root. With the home's disk out of inodes at that moment (an
+    agent's runs can fill a disk they write to), the record is lost, and never written again in the
+    process once the disk has room; the operator retires ops, and main reads what ops left."""
+    if hostkeeper.helper_path() is None:
+        pytest.skip("exechost-hostenter is not built (setup.sh)")
+    with _small_home(state_dir.parent / "h2") as home:
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))
+        gatewaydirs.record(str(home), str(state_dir))  # the operator's state dir, recorded in this home
+        work = home / "ops-work"
+        work.mkdir()
+        (work / "notes.txt").write_text("ops-private-5c1e\n")
+        ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/cat")
+        write_config(state_dir, OPS + f'hostWritable = ["{work}"]\n')
+        filler = _exhaust_inodes(home / "fill") if disk == "no-inodes" else []
+        seen = []
+        async with gateway(state_dir):
+            op = await connect(state_dir)
+            try:
+                try:  # (on a home with no inode left the view may not be made: the call fails closed)
+                    read = await op.request("exec", {"command": f"cat {work}/notes.txt", "agentId": "main"})
+                except RemoteError as exc:
+                    read = {"text": str(exc)}
+                seen.append("ops-private-5c1e" in read["text"])
+                for path in filler:  # the disk has room again: nothing brings the record back
+                    path.unlink()
+                write_config(state_dir, OPS + "# ops retired: its hostWritable dir is no longer named\n")
+                read = await op.request("exec", {"command": f"cat {work}/notes.txt", "agentId": "main"})
+                seen.append("ops-private-5c1e" in read["text"])
+            finally:
+                await op.close()
+        assert seen == [False, False], seen
