@@ -36,9 +36,8 @@ ask = "off"
 def _small_home(where: Path) -> Iterator[Path]:
     """A home on its own tmpfs with few inodes (the operator's home disk, which the account's runs share)."""
     where.mkdir(mode=0o700)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=64,mode=0700", "tmpfs", str(where)], check=True
-    )
+    options = "size=4m,nr_inodes=64,mode=0700"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], check=True)
     try:
         yield where
     finally:
@@ -70,8 +69,8 @@ def _exhaust_inodes(directory: Path) -> list[Path]:
             "no-inodes",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="open: gatewaydirs.record_writable records a hostWritable root best effort and marks it "
-                "done in the process even when the write failed (no inode or no byte left in the home): the "
+                reason="open: gatewaydirs.record_writable records a hostWritable root best effort and marks "
+                "it done in the process even when the write failed (no inode or byte left in the home): the "
                 "root is never recorded, so once its agent is retired its dir, with what its runs wrote, is "
                 "every other agent's to read in its host view (round 17 a's cover lost to a full disk)",
             ),
