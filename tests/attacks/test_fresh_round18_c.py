@@ -170,3 +170,62 @@ async def test_class7_a_gateway_started_on_a_full_home_disk_is_covered_in_the_ot
             finally:
                 await op.close()
         assert secret and secret not in read["text"], read["text"]
+
+
+def _fill_bytes(directory: Path) -> Path:
+    """One file that takes every byte the filesystem has left (its inodes stay free)."""
+    path = directory / "fill"
+    with open(path, "wb") as f:
+        chunk = b"\0" * 65536
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(chunk)
+                f.flush()
+    return path
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "disk",
+    [
+        "room",
+        pytest.param(
+            "full",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: an offline `agents revoke` on a full state disk keeps the nodes' revocation "
+                "only in its own process (Revocations.add: 'a restart before it is written loses it'), "
+                "and the CLI exits at once: the credential is removed and the revoke reported done, "
+                "but no gateway ever tells a node, so what the agent runs there goes on",
+            ),
+        ),
+    ],
+)
+def test_class7_an_offline_revoke_on_a_full_disk_is_owed_to_the_nodes(state_dir: Path, disk: str) -> None:
+    """With no gateway running, `exechost agents revoke` writes what the revoke owes each node
+    (node-revocations.json) before the credential goes, and the next gateway tells every node on its
+    link. The state dir's disk full (an agent's runs can fill it): the owed revocation is kept in the
+    CLI's memory, the credential removed anyway, and the process ends."""
+    from engine import principals
+    from engine.nodes.revocations import Revocations
+    from tests.helpers.gateway import cli
+
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+        '\n[nodes.alpha]\nhost = "127.0.0.2"\nport = 2\nuser = "nobody"\n'
+        '\n[[agents.list]]\nid = "ops"\n'
+    )
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(state_dir)], check=True)
+    try:
+        write_config(state_dir, config)
+        principals.mint(state_dir, "ops")
+        filler = _fill_bytes(state_dir) if disk == "full" else None
+        done = cli(state_dir, "agents", "revoke", "ops")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert principals.read_token(state_dir, "ops") is None  # the credential is gone either way
+        if filler is not None:
+            filler.unlink()  # room again: what the next gateway reads is what the revoke left
+        owed = Revocations(state_dir).owed("alpha")
+        assert [r.agent for r in owed] == ["ops"], (owed, done.stderr[-2000:])
+    finally:
+        subprocess.run(["umount", "-l", str(state_dir)], check=False)
