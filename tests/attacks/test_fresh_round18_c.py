@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -229,3 +230,96 @@ def test_class7_an_offline_revoke_on_a_full_disk_is_owed_to_the_nodes(state_dir:
         assert [r.agent for r in owed] == ["ops"], (owed, done.stderr[-2000:])
     finally:
         subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+NOBODY = 65534
+SANDBOXED = '\n[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+DENYING = '[tools.exec]\nhost = "sandbox"\nsecurity = "deny"\n' + SANDBOXED
+FULL = '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n' + SANDBOXED
+
+
+def _as_nobody(*argv: str) -> None:
+    """A command of another account on this machine (nobody): the one sharing the sticky dir."""
+    subprocess.run(
+        argv,
+        check=True,
+        preexec_fn=lambda: (
+            os.setgroups([]),
+            os.setresgid(NOBODY, NOBODY, NOBODY),
+            os.setresuid(NOBODY, NOBODY, NOBODY),
+        )[-1],  # type: ignore[func-returns-value]
+    )
+
+
+def _config_dirs(state_dir: Path) -> tuple[Path, Path, Path]:
+    """A shared sticky dir (as /tmp is), the operator's config dir, and another root-owned config's dir
+    (round 17 c's premise: another gateway's config, `security = "full"`)."""
+    root = state_dir.parent
+    os.chmod(root, 0o755)  # (the other account must reach the shared dir)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    mine = root / "cfg-op"
+    mine.mkdir(mode=0o700)
+    (mine / "config.toml").write_text(DENYING)
+    os.chmod(mine / "config.toml", 0o600)
+    other = root / "cfg-other"
+    other.mkdir(mode=0o700)
+    (other / "config.toml").write_text(FULL)
+    os.chmod(other / "config.toml", 0o600)
+    return shared, mine, other
+
+
+async def _ran(op: Any) -> bool:
+    """Whether an exec of main's ran (the operator's config denies every exec)."""
+    try:
+        read = await op.request("exec", {"command": "python3 -c 'print(6*7)'", "agentId": "main"})
+    except RemoteError as exc:
+        assert "security=deny" in str(exc), exc
+        return False
+    return bool(read["details"]["status"] == "completed" and "42" in read["text"])
+
+
+@needs_root
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: loader._check_dirs judges the realpath of the config's dir, so a dir component that "
+    "is another account's symlink in a sticky dir (/tmp/team -> the operator's dir) is never judged: "
+    "its owner re-points it at another root-owned config (security = full) and the gateway's next "
+    "reload takes that as the operator's (the host view refuses host runs through such a link; "
+    "sandbox runs and every other setting follow it); that account's directory there is refused",
+)
+async def test_class6_a_config_dir_that_is_another_accounts_link_is_judged(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's $EXECHOST_CONFIG names /shared/team/config.toml; `team` in the sticky shared dir
+    is another account's link to the operator's own config dir (made first, as squatters in /tmp do;
+    `mkdir -p` takes it as the dir). Round 17 c refused that account's directory there; its link is
+    judged as the dir it leads to, the operator's."""
+    shared, mine, other = _config_dirs(state_dir)
+    _as_nobody("ln", "-s", str(mine), str(shared / "team"))
+    monkeypatch.setenv("EXECHOST_CONFIG", str(shared / "team" / "config.toml"))
+    seen = []
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            seen.append(await _ran(op))
+            _as_nobody("ln", "-sfn", str(other), str(shared / "team"))  # re-pointed by its owner
+            seen.append(await _ran(op))
+        finally:
+            await op.close()
+    assert seen == [False, False], seen
+
+
+@needs_root
+def test_class6_a_config_dir_that_is_another_accounts_directory_is_refused(state_dir: Path) -> None:
+    """Held (round 17 c): the same name as that account's own directory is refused."""
+    from engine.config.loader import load_config
+    from engine.config.model import ConfigError
+
+    shared, mine, _other = _config_dirs(state_dir)
+    _as_nobody("mkdir", str(shared / "team"))
+    os.rename(mine / "config.toml", shared / "team" / "config.toml")
+    with pytest.raises(ConfigError, match="another account may change"):
+        load_config(shared / "team" / "config.toml", required=True)
