@@ -252,13 +252,15 @@ def _as_nobody(*argv: str) -> None:
 
 
 def _config_dirs(state_dir: Path) -> tuple[Path, Path, Path]:
-    """A shared sticky dir (as /tmp is), the operator's config dir, and another root-owned config's dir
+    """A team dir another account may write (group-writable, its group that account's: no sticky bit, so
+    fs.protected_symlinks has no say), the operator's config dir, and another root-owned config's dir
     (round 17 c's premise: another gateway's config, `security = "full"`)."""
     root = state_dir.parent
-    os.chmod(root, 0o755)  # (the other account must reach the shared dir)
-    shared = root / "shared"
-    shared.mkdir()
-    os.chmod(shared, 0o1777)
+    os.chmod(root, 0o755)  # (the other account must reach the team dir)
+    team = root / "team"
+    team.mkdir()
+    os.chown(team, 0, NOBODY)
+    os.chmod(team, 0o775)
     mine = root / "cfg-op"
     mine.mkdir(mode=0o700)
     (mine / "config.toml").write_text(DENYING)
@@ -267,7 +269,7 @@ def _config_dirs(state_dir: Path) -> tuple[Path, Path, Path]:
     other.mkdir(mode=0o700)
     (other / "config.toml").write_text(FULL)
     os.chmod(other / "config.toml", 0o600)
-    return shared, mine, other
+    return team, mine, other
 
 
 async def _ran(op: Any) -> bool:
@@ -284,28 +286,28 @@ async def _ran(op: Any) -> bool:
 @needs_bwrap
 @pytest.mark.xfail(
     strict=True,
-    reason="open: loader._check_dirs judges the realpath of the config's dir, so a dir component that "
-    "is another account's symlink in a sticky dir (/tmp/team -> the operator's dir) is never judged: "
-    "its owner re-points it at another root-owned config (security = full) and the gateway's next "
-    "reload takes that as the operator's (the host view refuses host runs through such a link; "
-    "sandbox runs and every other setting follow it); that account's directory there is refused",
+    reason="open: loader._check_dirs judges the realpath of the config's dir, so a link on the way "
+    "(team/cfg -> the operator's own dir) is judged as its target and the team dir holding it never "
+    "is: another account that may write the team dir replaces the link with one to another root-owned "
+    "config (security = full) and the gateway's next reload takes that as the operator's (the host "
+    "view refuses host runs through such a link; sandbox runs and every other setting follow it)",
 )
-async def test_class6_a_config_dir_that_is_another_accounts_link_is_judged(
+async def test_class6_a_config_reached_through_a_link_in_a_team_dir_is_judged(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The operator's $EXECHOST_CONFIG names /shared/team/config.toml; `team` in the sticky shared dir
-    is another account's link to the operator's own config dir (made first, as squatters in /tmp do;
-    `mkdir -p` takes it as the dir). Round 17 c refused that account's directory there; its link is
-    judged as the dir it leads to, the operator's."""
-    shared, mine, other = _config_dirs(state_dir)
-    _as_nobody("ln", "-s", str(mine), str(shared / "team"))
-    monkeypatch.setenv("EXECHOST_CONFIG", str(shared / "team" / "config.toml"))
+    """Round 17 c refused a config in a team dir another account may write. The operator keeps it in a
+    dir of its own and links the team dir to it (team/cfg -> ~/cfg-op), naming team/cfg/config.toml:
+    the dir holding that name is judged as the dir the link leads to, and the team dir is never looked
+    at; a team member swaps the link."""
+    team, mine, other = _config_dirs(state_dir)
+    os.symlink(mine, team / "cfg")  # the operator's own link
+    monkeypatch.setenv("EXECHOST_CONFIG", str(team / "cfg" / "config.toml"))
     seen = []
     async with gateway(state_dir):
         op = await connect(state_dir)
         try:
             seen.append(await _ran(op))
-            _as_nobody("ln", "-sfn", str(other), str(shared / "team"))  # re-pointed by its owner
+            _as_nobody("ln", "-sfn", str(other), str(team / "cfg"))  # replaced by a team member
             seen.append(await _ran(op))
         finally:
             await op.close()
@@ -313,13 +315,12 @@ async def test_class6_a_config_dir_that_is_another_accounts_link_is_judged(
 
 
 @needs_root
-def test_class6_a_config_dir_that_is_another_accounts_directory_is_refused(state_dir: Path) -> None:
-    """Held (round 17 c): the same name as that account's own directory is refused."""
+def test_class6_a_config_in_a_team_dir_is_refused(state_dir: Path) -> None:
+    """Held (round 17 c): the config named in the team dir itself is refused."""
     from engine.config.loader import load_config
     from engine.config.model import ConfigError
 
-    shared, mine, _other = _config_dirs(state_dir)
-    _as_nobody("mkdir", str(shared / "team"))
-    os.rename(mine / "config.toml", shared / "team" / "config.toml")
+    team, mine, _other = _config_dirs(state_dir)
+    os.rename(mine / "config.toml", team / "config.toml")
     with pytest.raises(ConfigError, match="another account may change"):
-        load_config(shared / "team" / "config.toml", required=True)
+        load_config(team / "config.toml", required=True)
