@@ -391,3 +391,84 @@ async def test_class7_a_gateways_node_key_stays_hidden_after_a_full_home_disk(
             finally:
                 await op.close()
     assert secret not in read["text"], read["text"][:300]
+
+
+def _session_host(state: Path) -> int:
+    """The pid of the session host serving `state` (it runs `host_main.py <state>/...`)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+            if any(a.endswith(b"host_main.py") for a in argv) and any(
+                a.startswith(os.fsencode(state)) for a in argv
+            ):
+                return int(entry.name)
+    raise AssertionError("no session host")
+
+
+async def test_class7_a_joined_allow_once_killed_before_its_spawn_runs_each_requester_once(
+    state_dir: Path,
+) -> None:
+    """Two sessions ask the same question (one record, two requesters), one allow-once, and the gateway is
+    killed -9 when both runs are noted `starting` on disk and their spawns wait on a stopped session host.
+    The restart takes the ask up from the journal: neither requester's run is started again."""
+    import signal
+
+    from tests.helpers.daemon import Daemon
+    from tests.helpers.gateway import ALLOWLIST, wait_until
+    from tests.helpers.pending import stored_asks
+
+    root = state_dir.parent
+    fifo = root / "go"
+    os.mkfifo(fifo)
+    marker = root / "ran"
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/true")
+    command = f"sh -c 'echo x >> {marker}; cat {fifo}'"
+
+    def runs() -> list[Any]:
+        stored = [a for a in stored_asks(state_dir) if a["id"] == aid]
+        return [stored[0]["run"], *(j["run"] for j in stored[0]["joined"])] if stored else []
+
+    daemon = Daemon(state_dir).start()
+    host = 0
+    try:
+        op = await connect(state_dir)
+        try:
+            await op.request("exec", {"command": "/usr/bin/true", "agentId": "main"})  # the host is up
+            host = _session_host(state_dir)
+            os.kill(host, signal.SIGSTOP)
+            asked = [
+                await op.request("exec", {"command": command, "agentId": "main", "sessionKey": key})
+                for key in ("agent:main:a", "agent:main:b")
+            ]
+            ids = {a["details"]["approvalId"] for a in asked}
+            assert len(ids) == 1, asked  # one record, two requesters
+            (aid,) = ids
+            await op.request("approve", {"id": aid, "decision": "allow-once"})
+            await wait_until(
+                lambda: len(runs()) == 2 and all(r and r["status"] == "starting" for r in runs()), timeout=20
+            )
+        finally:
+            await op.close()
+        daemon.kill()  # SIGKILL: both runs noted `starting`, neither spawned
+        os.kill(host, signal.SIGCONT)
+        daemon.start()
+        await wait_until(lambda: not runs(), timeout=20)  # settled by the restart (linked or reported)
+        op = await connect(state_dir)
+        try:
+            status = await op.request("approvals.status", {"approvalId": aid})
+        finally:
+            await op.close()
+        print(status["text"])
+    finally:
+        if host:
+            with contextlib.suppress(OSError):
+                os.kill(host, signal.SIGCONT)
+        with contextlib.suppress(OSError):  # the runs' `cat`, if still there, ends
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        daemon.stop()
+    ran = marker.read_text().splitlines() if marker.exists() else []
+    print("ran", len(ran))
+    assert len(ran) <= 2
