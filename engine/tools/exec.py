@@ -14,12 +14,8 @@ from typing import Any
 
 from engine import fairpool
 from engine.approvals.grants import GrantStore
-from engine.approvals.pending import (
-    ApprovalError,
-    ApprovalManager,
-    ApprovalRecord,
-    session_owner,
-)
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalError, ApprovalRecord, session_owner
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import host_path, prepend_left_out, sanitize_host_env

@@ -46,7 +46,8 @@ async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(st
     Closed: a join is one more ask waiting, counted against the agent's cap (which counts requesters), so
     past it the join is refused; views carry a requester count and the first few requesters only."""
     from engine import principals
-    from engine.approvals.pending import MAX_PENDING_PER_AGENT, SHOWN_REQUESTERS
+    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+    from engine.approvals.request import SHOWN_REQUESTERS
 
     write_config(state, ALLOWLIST + listed("ops"))
     principals.mint(state, "ops")

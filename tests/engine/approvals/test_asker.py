@@ -7,13 +7,8 @@ import asyncio
 
 import pytest
 
-from engine.approvals.pending import (
-    OPERATOR_ASKER,
-    OPERATOR_PRINCIPAL,
-    ApprovalError,
-    ApprovalManager,
-    ApprovalRequest,
-)
+from engine.approvals.pending import OPERATOR_PRINCIPAL, ApprovalManager
+from engine.approvals.request import OPERATOR_ASKER, ApprovalError, ApprovalRequest
 from engine.approvals.schema import ALLOW_ALWAYS, AllowlistRecord, ApprovalsFile, PolicyBlock
 
 

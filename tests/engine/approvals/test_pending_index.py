@@ -15,11 +15,9 @@ from engine.approvals.pending import (
     MAX_PENDING_PER_AGENT,
     NEWCOMER_FLOOR,
     NEWCOMER_SLOTS,
-    OPERATOR_ASKER,
-    ApprovalError,
     ApprovalManager,
-    ApprovalRequest,
 )
+from engine.approvals.request import OPERATOR_ASKER, ApprovalError, ApprovalRequest
 
 
 def req(command: str, agent: str = "main") -> ApprovalRequest:
