@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import grp
 import logging
 import os
@@ -26,26 +25,26 @@ from engine.protocol.frames import (
     ErrorFrame,
     Hello,
     ProtocolError,
-    Request,
     RequestId,
     Response,
     Welcome,
-    decode_frame,
     ensure_token,
     socket_path,
 )
-from engine.protocol.requests import REQUESTS, Message
+from engine.protocol.requests import Message
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from engine.sandbox import bwraplimits, hostrevocations
 from engine.tools import exec_host
-from runner.gateway import handshake, limits, procvisible
+from runner.gateway import handshake, limits, pidlock, procvisible
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
 from runner.gateway.liveprincipal import principal_now, proof_holds, removed_credentials, stale
+from runner.gateway.pidlock import GatewayBusy
 from runner.gateway.services import Services
 from runner.gateway.tokenfiles import CredentialFiles, GatewayTokens
+from runner.gateway.typedreq import typed_request
 
 log = logging.getLogger("exechost.gateway")
 
@@ -54,10 +53,6 @@ MAX_BAD_FRAMES = 8
 SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is still its own
 FILES_EVERY_S = 1.0  # how often the token files and the config are looked at with nothing else to look
 DRAIN_S = 1.0  # how long a client that is being cut off may keep sending before the close
-
-
-class GatewayBusy(Exception):
-    """Another live gateway owns the state dir's socket."""
 
 
 class HostHomeError(Exception):
@@ -120,35 +115,6 @@ class GatewayServer:
 
     # -- lifecycle
 
-    def _take_lock(self) -> None:
-        """Hold gateway.pid locked for the daemon's life: a second daemon fails here instead of racing."""
-        path = self.state_dir / "gateway.pid"
-        statefs.refuse_symlink(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, statefs.FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
-            raise GatewayBusy(
-                f"a gateway is already running (pid {other or '?'}) for {self.state_dir}"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-
-    def _check_stale_socket(self) -> None:
-        """A live socket is never stolen; a dead one (no listener) is removed. Anything else is refused."""
-        path = Path(self.socket_path)
-        problem = unixsock.socket_path_problem(path)
-        if problem is not None:
-            raise GatewayBusy(f"{path}: socket path {problem}; refusing to replace it")
-        if not path.exists():
-            return
-        if unixsock.socket_is_live(path, timeout=1.0):
-            raise GatewayBusy(f"another gateway is answering on {path}")
-        os.unlink(path)
-
     @property
     def tokens(self) -> GatewayTokens:
         """The gateway's and the operator's tokens as their files hold them now (tokenfiles)."""
@@ -175,9 +141,9 @@ class GatewayServer:
         statefs.ensure_private_dir(self.state_dir)
         if len(os.fsencode(self.socket_path)) > unixsock.SUN_PATH_MAX:
             raise GatewayBusy(f"socket path too long (> {unixsock.SUN_PATH_MAX} bytes): {self.socket_path}")
-        self._take_lock()
+        self._lock_fd = pidlock.take_lock(self.state_dir)
         try:
-            self._check_stale_socket()
+            pidlock.check_stale_socket(self.socket_path)
             ensure_token(self.state_dir)  # made on first start; read at each handshake from then on
             ensure_token(self.state_dir, OPERATOR_TOKEN_NAME)
             self._tokens_seen = self._tokens.generation()
@@ -322,18 +288,16 @@ class GatewayServer:
         self._unpin()
         self._stopped.set()
 
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            pidlock.release_lock(self._lock_fd)
+            self._lock_fd = None
+
     def _unpin(self) -> None:
         """Once: this gateway no longer holds its state dir's resolved path for the process."""
         named, self._named_state_dir = self._named_state_dir, None
         if named is not None:
             statefs.unpin_state_dir(named)
-
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._lock_fd, 0)
-            os.close(self._lock_fd)
-            self._lock_fd = None
 
     # -- connections
 
@@ -677,7 +641,7 @@ class GatewayServer:
             await slots.acquire()  # before it is decoded: a request waiting for a slot holds its frame alone
             typed: Response | tuple[RequestId, str, Message] | None
             try:
-                typed = _typed(line)
+                typed = typed_request(line)
             except ProtocolError as exc:
                 slots.release()
                 self._frame_done(conn, frames, len(line))
@@ -700,7 +664,7 @@ class GatewayServer:
                 return
             frames.held -= len(line)
             if typed is None:
-                typed = _typed(line)
+                typed = typed_request(line)
             if conn.revoked or not self._still_configured(conn):
                 self._intake.give_back(conn, size)
                 slots.release()
@@ -729,7 +693,7 @@ class GatewayServer:
     async def _dispatch(self, conn: Connection, typed: Response | tuple[RequestId, str, Message]) -> None:
         """Every request is answered exactly once: its result, its deliberate error, or `internal` (logged
         once with its traceback) for anything else a handler raises. Its params were decoded once, by
-        `_typed`, into the method's typed request (a bad field: `bad_params` naming the method and the
+        `typed_request`, into the method's typed request (a bad field: `bad_params` naming the method and the
         field, answered here). A revoked connection, being closed, starts nothing more."""
         if conn.revoked:
             return
@@ -759,24 +723,6 @@ class GatewayServer:
         else:
             response = Response(id=rid, ok=True, result=result)
         conn.send(response)
-
-
-def _typed(line: bytes) -> Response | tuple[RequestId, str, Message]:
-    """One request frame decoded into its method's typed request (id, method, message), or the answer
-    refusing it (an unknown method, a bad field: `bad_params`); ProtocolError for a frame that is no request.
-    The frame's raw params are not kept: a field its method does not read is dropped here, before the
-    request is held (fresh round 17 b)."""
-    frame = decode_frame(line)
-    if not isinstance(frame, Request):
-        raise ProtocolError(f"expected a req frame, got {frame.type!r}")
-    handler, message = HANDLERS.get(frame.method), REQUESTS.get(frame.method)
-    if handler is None or message is None:
-        error = {"code": "unknown_method", "message": f"unknown method {frame.method!r}"}
-        return Response(id=frame.id, ok=False, error=error)
-    try:
-        return frame.id, frame.method, message.decode(frame.params)
-    except ExecHostError as exc:
-        return Response(id=frame.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))})
 
 
 async def _finish(conns: list[Connection]) -> None:
