@@ -43,6 +43,7 @@ from engine.policy.precedence import (
     requires_approval,
     resolve_policy,
 )
+from engine.policy.privatebinds import private_binds
 from engine.policy.warncap import FOUND_WARNINGS, capped_warnings, content_warnings
 from engine.results import ToolError
 from engine.statefs import state_dir
@@ -606,16 +607,3 @@ def programs(result: AllowlistResult) -> list[str]:
         if m.inner is not None:
             found += programs(m.inner)
     return found
-
-
-def private_binds(
-    config: Config, agent_id: str, owner: str | None = None, *, operator: bool = False
-) -> tuple[tuple[str, str], ...]:
-    """The agent's private dirs in its host runs' view (engine.commands.hostprivate), as (source,
-    destination), `owner`'s copy when given (ExecContext.owner), the operator's own for an `operator`
-    call (the agent is its policy only); none without a host view."""
-    own = config.exec_for(agent_id)
-    if own.host_view == "none":
-        return ()
-    key = hostprivate.space(owner or agent_id, operator=operator)
-    return hostprivate.binds(str(state_dir()), key, hostprivate.dests(own.host_private))
