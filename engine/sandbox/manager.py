@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,19 +16,19 @@ from engine.sandbox import (
     bwrap,
     docker_ops,
     dockercg,
-    runtimes,
     sandboxuid,
     setupcmd,
     wsbudget,
     wsfs,
 )
 from engine.sandbox import supervisor as sv
-from engine.sandbox.backend import BWRAP, backend_named
+from engine.sandbox.backend import BWRAP
 from engine.sandbox.egress import forwarder
 from engine.sandbox.errors import SandboxError
 from engine.sandbox.ownership import check_workspaces, own_workspace, refuse_foreign
 from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry
-from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
+from engine.sandbox.registry import Registry, RegistryEntry, now_ms
+from engine.sandbox.removal import REGISTRY_ERRORS, SandboxRemoval
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
     STATE_LABEL,
@@ -45,10 +44,7 @@ from engine.sandbox.workspace import give_dirs, workspace_user
 
 log = logging.getLogger(__name__)
 
-PRUNE_INTERVAL_SEC = 5 * 60
 TOUCH_INTERVAL_MS = 30_000
-# What a registry write can raise: a corrupt file, an unusable path, I/O. Anything else is a bug.
-_REGISTRY_ERRORS = (RegistryError, statefs.StateFileError, OSError)
 
 
 @dataclass
@@ -68,7 +64,7 @@ class _Known:
     scope_key: str = ""  # whose sandbox this is: the name alone is never taken as proof
 
 
-class SandboxManager:
+class SandboxManager(SandboxRemoval):
     """One per process. Keeps what warm execs need (container known good, supervisor alive) in memory."""
 
     def __init__(
@@ -93,11 +89,6 @@ class SandboxManager:
         self.egress_gone: Callable[[str], None] | None = None  # its listener stops with the sandbox
         self._egress_dirs: set[str] = set()
         self._writes: set[asyncio.Future[None]] = set()  # registry writes off the request path
-
-    @property
-    def registry(self) -> Registry:
-        # Resolved lazily: the state dir may change between tests in one process.
-        return self._registry or Registry()
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -571,7 +562,7 @@ class SandboxManager:
             return
         if known is not None:
             known.last_touch_ms = stamp
-        with contextlib.suppress(*_REGISTRY_ERRORS):  # a stale lastUsedAtMs only delays prune
+        with contextlib.suppress(*REGISTRY_ERRORS):  # a stale lastUsedAtMs only delays prune
             await fairpool.to_thread(self.registry.touch, name, stamp)
 
     def activity(self, name: str) -> Callable[[int], None]:
@@ -579,68 +570,6 @@ class SandboxManager:
             self.active[name] = max(0, self.active.get(name, 0) + delta)
 
         return count
-
-    def forget(self, name: str) -> None:
-        """The sandbox is gone: nothing of it stays known, and its egress socket and dir go too."""
-        self._known.pop(name, None)
-        self._egress_dirs.discard(name)
-        if self.egress_gone is not None:
-            self.egress_gone(name)
-        forwarder.remove_dir(name)
-
-    # -- prune ------------------------------------------------------------------------------------
-    async def maybe_prune(self, settings: SandboxSettings, *, force: bool = False) -> list[str]:
-        """Remove containers idle past idleHours or older than maxAgeDays; at most once per 5 min."""
-        now = time.monotonic()
-        if not force and self._last_prune is not None and now - self._last_prune < PRUNE_INTERVAL_SEC:
-            return []
-        self._last_prune = now
-        if settings.max_age_days > 0:  # a spare is as old as its image: it goes like any container
-            self.pool.expire(int(settings.max_age_days * 86_400_000))
-        return await fairpool.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
-
-    def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
-        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking.
-        No Docker engine, no spares (a bwrap-only host prunes and recreates without one)."""
-        try:
-            return self.pool.prune(config, everything=everything)
-        except docker_ops.SandboxUnavailable:
-            return []
-
-    def _prune(self, idle_hours: float, max_age_days: float) -> list[str]:
-        if idle_hours <= 0 and max_age_days <= 0:
-            return []
-        stamp = now_ms()
-        removed: list[str] = []
-        for entry in self.registry.read():
-            if self.active.get(entry.containerName, 0) > 0:
-                continue  # a background job is still running in it
-            idle = stamp - (entry.lastUsedAtMs or entry.createdAtMs)
-            age = stamp - entry.createdAtMs
-            if (idle_hours > 0 and idle > idle_hours * 3_600_000) or (
-                max_age_days > 0 and age > max_age_days * 86_400_000
-            ):
-                backend_named(entry.backendId, entry.containerName).remove(entry.containerName)
-                with contextlib.suppress(*_REGISTRY_ERRORS):
-                    self.registry.remove(entry.containerName)
-                self.forget(entry.containerName)
-                removed.append(entry.containerName)
-        return removed
-
-    # -- operator views ---------------------------------------------------------------------------
-    def list_runtimes(self, config: Any) -> list[dict[str, Any]]:
-        """Registry entries joined with live Docker state and the config they should have now."""
-        return runtimes.list_runtimes(self.registry, config)
-
-    def remove_runtime(self, name: str) -> bool:
-        entry = None
-        with contextlib.suppress(*_REGISTRY_ERRORS):
-            entry = self.registry.get(name)
-        ok = backend_named(entry.backendId if entry else None, name).remove(name)
-        with contextlib.suppress(*_REGISTRY_ERRORS):  # the sandbox is gone; a stale row is pruned later
-            self.registry.remove(name)
-        self.forget(name)
-        return ok
 
 
 def _numeric_uid(user: str) -> int | None:
