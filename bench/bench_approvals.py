@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.bench_gateway import connect, line, start_daemon  # noqa: E402
-from engine.approvals.pending import MAX_PENDING, MAX_PENDING_PER_AGENT  # noqa: E402
+from engine.approvals.room import MAX_PENDING, MAX_PENDING_PER_AGENT  # noqa: E402
 from engine.errors import ExecHostError  # noqa: E402
 from engine.tools.exec import COMMAND_MAX_BYTES  # noqa: E402
 

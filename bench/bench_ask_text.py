@@ -18,7 +18,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.approvals.pending import ApprovalRequest  # noqa: E402
+from engine.approvals.request import ApprovalRequest  # noqa: E402
 
 
 def _segment(n: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.table import ratio, record  # noqa: E402
 from bench.table import record as table_record  # noqa: E402
-from engine.approvals.pending import MAX_PENDING, MAX_PENDING_PER_AGENT  # noqa: E402
+from engine.approvals.room import MAX_PENDING, MAX_PENDING_PER_AGENT  # noqa: E402
 from engine.protocol.client import ControlClient  # noqa: E402
 
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'

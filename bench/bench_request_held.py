@@ -1,7 +1,8 @@
 """What charging a request what it holds costs (fresh round 17 b): each request frame is decoded into its
-typed request as it is read and measured (`server._typed` + `Message.held_bytes`), against the raw baseline
-in the same run: the frame decoded and typed as before (`decode_frame` + `Message.decode`), for a typical
-exec, a typical poll, and the worst 1 MiB frames (a list of `{}`s the verb drops; a `keys` list it keeps).
+typed request as it is read and measured (`typedreq.typed_request` + `Message.held_bytes`), against the raw
+baseline in the same run: the frame decoded and typed as before (`decode_frame` + `Message.decode`), for a
+typical exec, a typical poll, and the worst 1 MiB frames (a list of `{}`s the verb drops; a `keys` list it
+keeps).
 
 Usage: .venv/bin/python bench/bench_request_held.py [--repeats R]
 """
@@ -20,7 +21,7 @@ sys.path.insert(0, str(REPO))
 from bench.table import per_call_us, ratio, record  # noqa: E402
 from engine.protocol.frames import Request, decode_frame  # noqa: E402
 from engine.protocol.requests import REQUESTS  # noqa: E402
-from runner.gateway.server import _typed  # noqa: E402
+from runner.gateway.typedreq import typed_request  # noqa: E402
 
 
 def _line(method: str, params: dict[str, Any]) -> bytes:
@@ -61,7 +62,7 @@ def _before(line: bytes) -> None:
 
 
 def _now(line: bytes) -> None:
-    typed = _typed(line)
+    typed = typed_request(line)
     assert isinstance(typed, tuple)
     max(len(line), typed[2].held_bytes())
 

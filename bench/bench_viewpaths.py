@@ -64,7 +64,8 @@ def main() -> None:
         from engine.commands import viewpaths
         from engine.commands.analysis import analyze_command
         from engine.config.loader import load_config
-        from engine.policy.decision import evaluate, private_binds
+        from engine.policy.decision import evaluate
+        from engine.policy.privatebinds import private_binds
 
         config = load_config(state / "config.toml")
         (state / "config.toml").write_text(

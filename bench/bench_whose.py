@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.table import ratio, record  # noqa: E402
-from engine.approvals.pending import ApprovalManager, ApprovalRequest  # noqa: E402
+from engine.approvals.pending import ApprovalManager  # noqa: E402
+from engine.approvals.request import ApprovalRequest  # noqa: E402
 from engine.approvals.socket.principal import frame_agent  # noqa: E402
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest, RateLimit  # noqa: E402
 from engine.approvals.socket.wire import request_decision  # noqa: E402

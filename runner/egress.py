@@ -29,7 +29,8 @@ from engine.approvals.generations import Stamp
 from engine.approvals.grants import EGRESS_PREFIX, GrantStore
 from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import HISTORY_DIR, HistoryError
-from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalError, ApprovalRecord, ApprovalRequest
 from engine.approvals.store import ApprovalsStore
 from engine.commands import hostnet
 from engine.config.egress import MAX_CONNECTIONS, EgressPolicy, Pattern, approval_entry, decide, parse_pattern

@@ -23,7 +23,7 @@ from typing import Any
 
 from engine import jsontext
 from engine.approvals.grants import GrantLimits
-from engine.approvals.pending import ApprovalRecord, ApprovalRequest, unsettled
+from engine.approvals.request import ApprovalRecord, ApprovalRequest, unsettled
 from engine.statefs import (
     FILE_MODE,
     StateFileError,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import ostext
-from engine.approvals.pending import SHOWN_REQUESTERS
+from engine.approvals.request import SHOWN_REQUESTERS
 from engine.errors import ExecHostError
 from engine.statefs import FILE_MODE, StateFileError, ensure_private_dir
 

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from engine import jsontext, ostext
 from engine.approvals import generations as stamps
-from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
+from engine.approvals.decisions import USAGE, normalize_decision
 from engine.approvals.generations import Generations
 from engine.approvals.grants import GrantLimits, new_grant_id
-from engine.approvals.schema import OPERATOR_PRINCIPAL
-from engine.errors import ExecHostError
+from engine.approvals.request import (
+    ApprovalError,
+    ApprovalRecord,
+    ApprovalRequest,
+    no_session_reason,
+    now_ms,
+    session_owner,
+    unsettled,
+    who_of,
+)
+from engine.approvals.room import (
+    MAX_PENDING,
+    MAX_PENDING_PER_AGENT,
+    ApprovalRoom,
+)
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
 RESOLVED_GRACE_MS = 15_000  # RESOLVED_ENTRY_GRACE_MS: late waiters still find a resolved record
@@ -33,324 +41,7 @@ ALWAYS_UNBOUND = (
 )
 
 
-# One agent must not lock the operator out (issue 9 item 14): asks waiting at once, per agent and in all.
-# The caps count requesters, not records: a session (or node approval) joining an ask already pending is
-# one more waiting ask, so no record can hold more requesters than its agent may have asks (issue 27: one
-# agent joined one ask from thousands of session keys until its row no longer fit a frame).
-# With the exec tool's 64 KiB command cap the queue stays in tens of MB.
-# The operator's own asks have their own share (MAX_PENDING_PER_AGENT of them), counted in no total: no
-# number of agents refuses the operator's exec (fresh round 17 b), as the connections' last slots are its.
-# The agents' total is eight full shares and then NEWCOMER_SLOTS kept for agents holding fewer than
-# NEWCOMER_FLOOR asks: eight agents filling their shares leave the next eight agents room for a few asks
-# each (an ask for the operator to see, not a flood's), and one agent holds at most 1/9 of the total.
-MAX_PENDING_PER_AGENT = 32
-NEWCOMER_SLOTS = 32
-NEWCOMER_FLOOR = 4
-MAX_PENDING = 8 * MAX_PENDING_PER_AGENT + NEWCOMER_SLOTS  # all agents together (the operator: its own share)
-# How many requesters a view, an event or a decision line names; `count`/`requesterCount` say how many.
-SHOWN_REQUESTERS = 8
-MAX_VIEW_BYTES = 768 * 1024  # one ask as shown (its view): a 1 MiB frame holds it and what wraps it
 HISTORY_SIZE = 500  # decided approvals remembered for `approvals.status|history` (commands ≤ 64 KiB each)
-NOT_UTF8 = (
-    "a path or name here is not UTF-8: it is shown as bash would quote its bytes, $'…' with each byte that "
-    "is not UTF-8 as \\xNN"
-)
-# Who asked, when it was the operator (ApprovalRequest.asker): no proof key is this (they hold `>`).
-OPERATOR_ASKER = "operator"
-
-
-class ApprovalError(ExecHostError):
-    """A resolve that cannot be applied; `code` is machine-readable, str() is the reference text."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def env_hash(env: Mapping[str, str] | None) -> str:
-    """sha256 over the sorted (key, value) pairs, as OpenClaw binds an approval to its env."""
-    pairs = sorted((env or {}).items())
-    return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ApprovalRequest:
-    """What a human is asked to approve; identical requests (all fields equal) coalesce."""
-
-    command: str
-    cwd: str
-    host: str = "gateway"
-    agent_id: str = "main"
-    session_key: str = ""
-    security: str = "allowlist"
-    ask: str = "on-miss"
-    ask_fallback: str = "deny"
-    allowed_decisions: tuple[str, ...] = DECISIONS
-    resolved_path: str | None = None
-    node_id: str | None = None
-    env_hash: str = ""
-    # A node's relayed ask: the node-side approval it answers. Part of the identity, so two asks from a
-    # node (even for the same command) are two records, each decided once, never one for the other.
-    node_approval_id: str | None = None
-    # The env overrides the command gets beyond the sanitised base, keys and values: the approver sees them.
-    env: tuple[tuple[str, str], ...] = ()
-    # The digests of the files it runs (Decision.content.key()): an ask for other bytes never coalesces.
-    content_key: str = ""
-    # The policy decision behind the ask (Decision.to_json()): shown to the approver, not part of identity.
-    decision_json: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
-    # The agent's own words on why it runs this (the `reason` param): shown, never trusted.
-    agent_reason: str | None = field(default=None, compare=False, hash=False)
-    # A node's ask: the node's name in this gateway's config, what the operator knows it by (node_id,
-    # the id it proved on the link, is the identity; the name is display, set from the link too).
-    node_name: str | None = field(default=None, compare=False, hash=False)
-    # A sandbox's connection waiting for a name ("name:port", engine.sandbox.egress), not a command.
-    egress: str | None = None
-    # Whose ask it is on a node shared by several gateways (ExecContext.owner: `<namespace><agent>`), ""
-    # elsewhere: part of the question, so one gateway's human never answers another gateway's agent's ask.
-    owner: str = ""
-    # The principal that asked (fresh round 16 b): `operator` (OPERATOR_ASKER) for the operator's calls,
-    # whatever agent they name, else the agent (its owner); "" on an ask from before it was kept. The
-    # agent above is whose *policy* decides; this is *who* asked: part of the requester's identity and the
-    # key of its share of pending asks, so the operator's call and an agent's identical call are never one
-    # requester. (The proof that made a caller its agent is the record's `proofs`, not this.)
-    asker: str = ""
-
-    def __post_init__(self) -> None:
-        # The record owns its text (fresh round 17 b): a path the gateway read from the agent's tree that is
-        # not UTF-8 enters it here in its one exact, showable form (engine.ostext), so no view, journal line,
-        # decision log line or frame of it can fail to encode, whichever code made the ask.
-        changed = False
-        for name in ("command", "cwd", "resolved_path", "agent_reason", "node_name", "egress"):
-            text = getattr(self, name)
-            if text is not None and not text.isascii() and ostext.holds_surrogate(text):
-                object.__setattr__(self, name, ostext.shown(text))
-                changed = True
-        for name in ("env", "decision_json", "warnings"):
-            value = getattr(self, name)
-            clean = ostext.shown_json(value)
-            if clean is not value:
-                object.__setattr__(self, name, tuple(map(tuple, clean)) if name == "env" else clean)
-                changed = True
-        if changed:
-            object.__setattr__(self, "warnings", (*self.warnings, NOT_UTF8))
-
-    @property
-    def principal(self) -> str:
-        """Whose share of pending asks this ask counts in: the operator's own (OPERATOR_PRINCIPAL) for the
-        operator's call, else its owner where it has one, else its agent."""
-        return share(self, self.asker)
-
-    def question(self) -> ApprovalRequest:
-        """What makes two asks one question for the operator: everything but who asked (the principal,
-        the session, a node's own approval id). Asks equal here wait as one record; one decision answers
-        them all, each requester's run its own principal's."""
-        return replace(self, session_key="", node_approval_id=None, asker="")
-
-    def who(self) -> tuple[str, str, str | None]:
-        """This ask's requester: the principal that asked, its session, a node's own approval id."""
-        return (self.asker, self.session_key, self.node_approval_id)
-
-    def requester(self) -> dict[str, Any]:
-        return {
-            **({"principal": self.asker} if self.asker else {}),  # who asked (absent: nothing stamped)
-            "sessionKey": self.session_key,
-            "host": self.host,
-            "nodeId": self.node_id,
-            "nodeName": self.node_name,
-            "nodeApprovalId": self.node_approval_id,
-            "atMs": _now_ms(),
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        d = self.decision_json
-        segments = d.get("segments") or []
-        return {
-            "command": self.command,
-            "cwd": self.cwd,
-            "host": self.host,
-            "agentId": self.agent_id,
-            "sessionKey": self.session_key,
-            "security": self.security,
-            "ask": self.ask,
-            "askFallback": self.ask_fallback,
-            "allowedDecisions": list(self.allowed_decisions),
-            "resolvedPath": self.resolved_path,
-            "nodeId": self.node_id,
-            "nodeName": self.node_name,
-            "nodeApprovalId": self.node_approval_id,
-            "envKeys": [k for k, _ in self.env],
-            "env": dict(self.env),
-            "analysisOk": d.get("analysisOk"),
-            "analysisReason": d.get("analysisReason"),
-            "segments": segments,
-            "allowAlwaysPatterns": list(d.get("allowAlwaysPatterns") or []),
-            "contentDigests": list(d.get("contentDigests") or []),
-            "warnings": list(self.warnings),
-            "agentReason": self.agent_reason,
-            "egress": self.egress,
-            "decision": d or None,
-        }
-
-
-def share(request: ApprovalRequest, asker: str) -> str:
-    """The share of pending asks an ask by `asker` on `request` counts in: the operator's own, never
-    filled by an agent, else the agent's (its owner on a shared node)."""
-    return OPERATOR_PRINCIPAL if asker == OPERATOR_ASKER else request.owner or request.agent_id
-
-
-def who_of(entry: Mapping[str, Any]) -> tuple[str, str, str | None]:
-    """A requester entry's identity (ApprovalRequest.who); an entry from before principals were kept
-    has none ("")."""
-    return (str(entry.get("principal") or ""), entry.get("sessionKey") or "", entry.get("nodeApprovalId"))
-
-
-@dataclass
-class ApprovalRecord:
-    id: str
-    request: ApprovalRequest
-    created_at_ms: int
-    expires_at_ms: int
-    decision: str | None = None
-    resolved_by: str | None = None
-    resolved_at_ms: int | None = None
-    consumed: set[tuple[str, str, str | None]] = field(default_factory=set)  # requesters whose run was taken
-    count: int = 1  # identical requests coalesced into this one
-    # Who asked this question, one entry per coalesced ask (sessions, nodes): shown, and in the history.
-    requesters: list[dict[str, Any]] = field(default_factory=list)
-    grant_id: str | None = None  # the grant an allow-always with limits makes (chosen with the decision)
-    reason: str | None = None  # the approver's note on a deny, passed back to the agent
-    # What the approval led to, set by whoever ran it: sessionId, status, exitCode, tail.
-    run: dict[str, Any] | None = None
-    # The caller stopped waiting (Ctrl-C, a closed MCP call): approving runs it detached, result in events.
-    requester_gone: bool = False
-    # What the next gateway needs to run this ask as approved after a crash (engine.approvals.durable):
-    # the call's params, the caller, and what was approved. None: an ask that cannot outlive its gateway.
-    resume: dict[str, Any] | None = field(default=None, repr=False)
-    # Each later requester coalesced into this ask (another session asking the same question): its own
-    # resume data and its own run, {"sessionKey", "nodeApprovalId", "resume", "run"}, so a crash loses
-    # none of the runs one decision promised. `resume` and `run` above are the first requester's.
-    joined: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    # allow-always with limits (--for/--uses/this session): a grant instead of a permanent entry.
-    grant: GrantLimits | None = None
-    future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
-    # Its agent was revoked after the approval: a run not started yet never starts (revoke_agent).
-    revoked: bool = field(default=False, kw_only=True)
-    # request.question(), computed once: the coalescing key is looked up at register and at the decision.
-    question: ApprovalRequest | None = field(default=None, repr=False, compare=False, kw_only=True)
-    # The oldest credential generation any of its requesters' runs was authorized under
-    # (engine.approvals.generations), None when none was stamped (the operator's, a restored ask's: those
-    # are settled by the credential their resume names). A revoke or rotation that makes it stale settles
-    # the ask at once, whatever kind it is (a command, an egress name, a node's): nobody can approve it.
-    generation: int | None = field(default=None, compare=False, kw_only=True)
-    # Asked by the operator's own run where no resume says so (a node's relayed ask for it): `operators`.
-    by_operator: bool = field(default=False, compare=False, kw_only=True)
-    # The proofs other than a credential that made its requesters the agent (a uid mapping, the gateway
-    # token alone), each at the oldest generation one was stamped under: a config change that cuts one off
-    # settles the ask as a revoke would (ApprovalManager.end_proofs).
-    proofs: dict[str, int] = field(default_factory=dict, compare=False, kw_only=True)
-
-    def slot(
-        self, session_key: str | None, node_approval_id: str | None = None, asker: str | None = None
-    ) -> dict[str, Any] | None:
-        """The joined requester's entry for this caller, or None for the first requester (whose resume
-        data and run are the record's own). `asker`: the principal that asked (ApprovalRequest.asker), so
-        two principals' calls from one session key are two requesters; None: any principal."""
-        if asker is not None and (asker, session_key or "", node_approval_id) == self.request.who():
-            return None
-        for entry in self.joined:
-            if (entry.get("sessionKey"), entry.get("nodeApprovalId")) != (session_key, node_approval_id):
-                continue
-            if asker is None or str(entry.get("principal") or "") == asker:
-                return entry
-        return None
-
-    @property
-    def operators(self) -> bool:
-        """Only the operator's own calls asked it (every requester's resume says so): no agent's ask,
-        whatever agent they named for policy, so no agent is shown it (the principal that runs owns it)."""
-        if self.by_operator and not self.joined:
-            return True
-        made = [self.resume, *(entry.get("resume") for entry in self.joined)]
-        return self.resume is not None and all((r or {}).get("operator") is True for r in made)
-
-    @property
-    def cursor(self) -> str:
-        """Sorts like creation order (ids break ties) and stays valid after the record is gone."""
-        return f"{self.created_at_ms:015d}:{self.id}"
-
-    @property
-    def slug(self) -> str:
-        return self.id[:8]
-
-    @property
-    def resolved(self) -> bool:
-        return self.resolved_at_ms is not None
-
-    def view(self) -> dict[str, Any]:
-        """ApprovalView: what the console and `approvals pending` show."""
-        return {
-            "id": self.id,
-            "slug": self.slug,
-            "createdAtMs": self.created_at_ms,
-            "expiresAtMs": self.expires_at_ms,
-            "status": "pending" if not self.resolved else (self.decision or "expired"),
-            "resolvedBy": self.resolved_by,
-            "resolvedAtMs": self.resolved_at_ms,
-            "reason": self.reason,
-            "run": self.run,
-            "requesterGone": self.requester_gone,
-            "count": self.count,
-            "requesterCount": len(self.requesters),
-            "requesters": self.requesters[:SHOWN_REQUESTERS],
-            "grant": self.grant.to_json() if self.grant else None,
-            # The one session a "this session only" grant would belong to; None: that choice is refused.
-            "sessionOwner": session_owner(self),
-            **self.request.to_json(),
-            **({"operator": True} if self.operators else {}),
-        }
-
-
-def unsettled(record: ApprovalRecord) -> bool:
-    """Worth keeping on disk: still waiting, or approved and its run not started yet. Only asks the
-    gateway can run again (with resume data) are kept; a node's relayed ask is the node's to keep."""
-    if record.resume is None:
-        return False
-    if not record.resolved:
-        return True
-    if record.decision not in ("allow-once", "allow-always"):
-        return False
-    # Not run yet, or said to be starting (the next gateway finds out which: engine.tools.resume), for the
-    # first requester or any that joined.
-    runs = [record.run, *(entry.get("run") for entry in record.joined)]
-    return any(run is None or run.get("status") == "starting" for run in runs)
-
-
-NO_SESSION = (
-    "'this session only' needs an ask from one session: this one came from a call with no session key (an "
-    "`exechost exec`, an MCP server started without --session), and a grant bound to no session would cover "
-    "every sessionless call of agent {agent}; choose a duration or a number of uses instead"
-)
-SEVERAL_SESSIONS = (
-    "'this session only' needs an ask from one session: {count} sessions wait on this one, and a grant "
-    "belongs to one of them; choose a duration or a number of uses instead"
-)
-
-
-def no_session_reason(record: ApprovalRecord) -> str:
-    """Why 'this session only' is refused for `record` (session_owner found none)."""
-    keys = {str(r.get("sessionKey") or "") for r in record.requesters}
-    if "" in keys or not keys:
-        return NO_SESSION.format(agent=record.request.agent_id)
-    return SEVERAL_SESSIONS.format(count=len(keys))
-
-
-def session_owner(record: ApprovalRecord) -> str | None:
-    """The one session a 'this session only' grant on `record` belongs to: the session key every asker
-    named; None when an asker named none (an ownerless key is every sessionless call's) or two differ."""
-    keys = {str(r.get("sessionKey") or "") for r in record.requesters} or {record.request.session_key}
-    key = keys.pop() if len(keys) == 1 else ""
-    return key or None
 
 
 Listener = Callable[[str, ApprovalRecord], None]
@@ -358,11 +49,7 @@ Listener = Callable[[str, ApprovalRecord], None]
 coalesced (or its caller went away); "ran": `record.run` now says what the approval led to."""
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class ApprovalManager:
+class ApprovalManager(ApprovalRoom):
     """All pending approvals of one gateway, bound to the running event loop."""
 
     def __init__(
@@ -467,7 +154,7 @@ class ApprovalManager:
         self._check_room(request)
         loop = asyncio.get_running_loop()
         ttl = self.timeout_ms if timeout_ms is None else timeout_ms
-        now = _now_ms()
+        now = now_ms()
         record = ApprovalRecord(
             id=str(uuid.uuid4()),
             request=request,
@@ -538,7 +225,7 @@ class ApprovalManager:
             return record
         self._opened(record)
         self._by_request[record.question or request] = record.id
-        delay = max(0.0, (expires_at_ms - _now_ms()) / 1000)
+        delay = max(0.0, (expires_at_ms - now_ms()) / 1000)
         self._timers[record.id] = loop.call_later(delay, self._expire, record.id)
         self._notify("requested", record)
         return record
@@ -557,83 +244,6 @@ class ApprovalManager:
             else:
                 del self._maybe_unsettled[record.id]
         return keep
-
-    @staticmethod
-    def _shares(record: ApprovalRecord) -> list[str]:
-        """The share each requester waiting on `record` counts in (one per requester; at least one)."""
-        request = record.request
-        return [share(request, who_of(r)[0]) for r in record.requesters] or [request.principal]
-
-    def _opened(self, record: ApprovalRecord) -> None:
-        self._open[record.id] = record
-        for key in self._shares(record):
-            self._open_per_agent[key] = self._open_per_agent.get(key, 0) + 1
-            self._open_requesters += 1
-
-    def _joined_one(self, request: ApprovalRequest) -> None:
-        """One more requester (`request`'s principal) waits on a record already pending."""
-        key = request.principal
-        self._open_per_agent[key] = self._open_per_agent.get(key, 0) + 1
-        self._open_requesters += 1
-
-    def _closed(self, record: ApprovalRecord) -> None:
-        if self._open.pop(record.id, None) is None:
-            return
-        for key in self._shares(record):
-            self._open_requesters -= 1
-            left = self._open_per_agent.get(key, 0) - 1
-            if left > 0:
-                self._open_per_agent[key] = left
-            else:
-                self._open_per_agent.pop(key, None)
-
-    @staticmethod
-    def _check_fits(request: ApprovalRequest) -> None:
-        """An ask the operator could not be shown is never made: its view goes out whole (the requested
-        event, a page of approvals.pending that holds at least one row), and one past a frame made every
-        page from it on fail, hiding every agent's asks. Inputs are capped raw; the view holds them several
-        times, JSON-escaped (a control byte is six)."""
-        shown = len(jsontext.dumps_wire(request.to_json()))
-        if shown > MAX_VIEW_BYTES:
-            raise ApprovalError(
-                "APPROVAL_TOO_LARGE",
-                f"exec denied: this ask is {shown} bytes as the operator would be shown it (at most "
-                f"{MAX_VIEW_BYTES}); a command, env or reason this large, or this full of control "
-                "characters, belongs in a file",
-            )
-
-    def _check_room(self, request: ApprovalRequest) -> None:
-        """Room for one more of its principal's asks: the operator's own share, or the agent's (on a shared
-        node a gateway's agent's: `owner`) and then the agents' total. No agent's asks count in the
-        operator's share, and the operator's count in no total: agents cannot refuse the operator's exec.
-        The total's last slots (max_total's share of NEWCOMER_SLOTS) are only for an agent holding fewer
-        than NEWCOMER_FLOOR asks, so the agents that filled their shares leave the others some room."""
-        principal = request.principal
-        mine = self._open_per_agent.get(principal, 0)
-        if mine >= self.max_per_agent:
-            whose = "the operator" if principal == OPERATOR_PRINCIPAL else f"agent {request.agent_id}"
-            raise ApprovalError(
-                "APPROVAL_QUEUE_FULL",
-                f"exec denied: {whose} already has {mine} approvals waiting for the operator "
-                f"(at most {self.max_per_agent}); wait for a decision before asking again",
-            )
-        if principal == OPERATOR_PRINCIPAL:
-            return
-        agents = self._open_requesters - self._open_per_agent.get(OPERATOR_PRINCIPAL, 0)
-        if agents >= self.max_total:
-            raise ApprovalError(
-                "APPROVAL_QUEUE_FULL",
-                f"exec denied: {agents} approvals of agents are waiting for the operator (at most "
-                f"{self.max_total} in all); wait for a decision before asking again",
-            )
-        kept = self.max_total * NEWCOMER_SLOTS // MAX_PENDING
-        if mine >= NEWCOMER_FLOOR and agents >= self.max_total - kept:
-            raise ApprovalError(
-                "APPROVAL_QUEUE_FULL",
-                f"exec denied: {agents} approvals of agents are waiting for the operator; the last {kept} of "
-                f"{self.max_total} are kept for agents with fewer than {NEWCOMER_FLOOR} waiting, and agent "
-                f"{request.agent_id} has {mine}; wait for a decision before asking again",
-            )
 
     def revoke_agent(self, agent_id: str) -> int:
         """The agent was revoked: what it asked before is not run after (`revoke_record` on each of its
@@ -827,7 +437,7 @@ class ApprovalManager:
     def _finish(self, record: ApprovalRecord, decision: str | None, resolved_by: str) -> None:
         record.decision = decision
         record.resolved_by = resolved_by
-        record.resolved_at_ms = _now_ms()
+        record.resolved_at_ms = now_ms()
         self._closed(record)
         self._history.append(record)
         timer = self._timers.pop(record.id, None)

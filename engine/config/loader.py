@@ -15,10 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import pathtrust, statefs
-from engine.commands.hostenv import inert_env_problem, inherit_env_problem
-from engine.commands.interpreters import is_interpreter, runs_others
-from engine.commands.safebins import SafeBinProfile
-from engine.config.egress import BadName, normalize, parse_pattern
+from engine.config.checker import Checker, type_name
 from engine.config.lines import PathParts
 from engine.config.lines import key_lines as key_lines  # re-exported: part of this module's API
 from engine.config.lines import render_key as render_key
@@ -39,18 +36,9 @@ from engine.config.schema import (
     DEFAULT_ULIMITS,
     DEFAULT_WORKDIR,
     GATEWAY_KEYS,
-    MAX_CONTAINER_PREFIX,
     NODE_KEYS,
-    PROFILE_KEYS,
     SANDBOX_KEYS,
     TOOLS_KEYS,
-    ULIMIT_NAMES,
-    Spec,
-    Table,
-    container_path_problem,
-    is_host_entry,
-    is_ip,
-    parse_ulimit,
     size_bytes,
 )
 from engine.config.schema import known_keys as known_keys
@@ -181,266 +169,10 @@ def _unclosed_header(text: str) -> tuple[int, str] | None:
 # --------------------------------------------------------------------------- validation
 
 
-class _Checker:
-    def __init__(self, file: Path, lines: dict[str, int]) -> None:
-        self.file = file
-        self.lines = lines
-
-    def error(self, parts: PathParts, message: str) -> ConfigError:
-        line = None
-        for k in range(len(parts), 0, -1):
-            line = self.lines.get(render_key(parts[:k]))
-            if line is not None:
-                break
-        return ConfigError(self.file, render_key(parts), line, message)
-
-    def table(self, raw: Any, keys: Mapping[str, Spec | Table], parts: PathParts) -> dict[str, Any]:
-        """Validate a table; return {attr: value} for the keys it sets."""
-        if not isinstance(raw, dict):
-            raise self.error(parts, f"expected a table, got {_type_name(raw)}")
-        out: dict[str, Any] = {}
-        for name, value in raw.items():
-            spec = keys.get(name)
-            here = [*parts, name]
-            if spec is None:
-                raise self.error(here, f"unknown key{_suggest(name, keys)}")
-            if isinstance(spec, Table):
-                out[spec.attr] = self.table(value, spec.keys, here)
-            else:
-                out[spec.attr] = self.value(value, spec, here)
-        return out
-
-    def value(self, value: Any, spec: Spec, parts: PathParts) -> Any:
-        kind = spec.kind
-        if kind in ("str", "enum"):
-            if not isinstance(value, str):
-                raise self.error(parts, f"expected a string, got {_type_name(value)}")
-            if kind == "enum":
-                # Exact lowercase only: "FULL" would grant nothing in OpenClaw, so it grants nothing here.
-                if value not in spec.choices:
-                    raise self.error(parts, f"invalid value {value!r} (expected {'|'.join(spec.choices)})")
-                return value
-            if not value.strip():
-                raise self.error(parts, "must not be empty")
-            return value
-        if kind == "bool":
-            if not isinstance(value, bool):
-                raise self.error(parts, f"expected true or false, got {_type_name(value)}")
-            return value
-        if kind in ("int", "number"):
-            ok = isinstance(value, int) or (kind == "number" and isinstance(value, float))
-            if isinstance(value, bool) or not ok:
-                want = "an integer" if kind == "int" else "a number"
-                raise self.error(parts, f"expected {want}, got {_type_name(value)}")
-            if spec.clamp is not None:
-                return min(max(value, spec.clamp[0]), spec.clamp[1])
-            if spec.minimum is not None and value < spec.minimum:
-                raise self.error(parts, f"must be at least {_number(spec.minimum)}")
-            if spec.maximum is not None and value > spec.maximum:
-                raise self.error(parts, f"must be at most {_number(spec.maximum)}")
-            return value
-        if kind == "size":
-            if isinstance(value, bool) or not isinstance(value, int | str):
-                raise self.error(parts, f'expected a size like "512m" or bytes, got {_type_name(value)}')
-            if isinstance(value, str) and not re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", value.strip()):
-                raise self.error(parts, f'invalid size {value!r} (expected e.g. "512m", "2g")')
-            if isinstance(value, int) and value <= 0:
-                raise self.error(parts, "must be positive")
-            return value
-        if kind == "swap":
-            if value == -1 and not isinstance(value, bool):
-                return -1
-            return self.value(value, replace(spec, kind="size"), parts)
-        if kind == "strlist":
-            return self.strlist(value, parts)
-        if kind == "portlist":
-            ok = isinstance(value, list) and all(type(p) is int and 0 <= p <= 65535 for p in value)
-            if not ok:
-                raise self.error(parts, f"expected a list of TCP ports (0-65535), got {value!r}")
-            return list(value)
-        if kind == "envkeys":
-            for item in self.strlist(value, parts):
-                problem = inert_env_problem(item)
-                if problem is not None:
-                    raise self.error(parts, f"{problem} and can never be inert")
-            return list(value)
-        if kind == "inheritkeys":
-            for item in self.strlist(value, parts):
-                problem = inherit_env_problem(item)
-                if problem is not None:
-                    raise self.error(parts, problem)
-            return list(value)
-        if kind == "hostdirs":
-            for item in self.strlist(value, parts):
-                if not (item.startswith("/") or item == "~" or item.startswith("~/")):
-                    raise self.error(parts, f"{item!r} is not an absolute directory (or one under ~/)")
-                if any(word in ("..", ".") for word in item.split("/")) or "\x00" in item:
-                    raise self.error(
-                        parts, f"{item!r} holds a `.` or `..` component: name the directory itself"
-                    )
-                if item.rstrip("/") in ("~", ""):
-                    raise self.error(
-                        parts, f"{item!r} is the home directory or /: name a directory inside it"
-                    )
-            return list(value)
-        if kind == "privatedirs":
-            for item in self.strlist(value, parts):
-                named = item.startswith("$") and item[1:].isidentifier()
-                if not (named or item.startswith("/") or item.startswith("~/")):
-                    raise self.error(
-                        parts, f"{item!r} is not an absolute directory, one under ~/ or a $VARIABLE"
-                    )
-                if item.rstrip("/") in ("~", "") or any(w in ("..", ".") for w in item.split("/")):
-                    raise self.error(parts, f"{item!r} is /, the home or holds `.` or `..`: name a directory")
-            return list(value)
-        if kind == "treesafe":
-            for item in self.strlist(value, parts):
-                if "/" in item or not item.strip() or is_interpreter(item) or runs_others(item):
-                    raise self.error(
-                        parts,
-                        f"{item!r} is not a program name, or runs other programs or code (a shell, an "
-                        "interpreter, a build tool): it can never be safe in a tree the agent can write",
-                    )
-            return list(value)
-        if kind == "safebins":
-            for item in self.strlist(value, parts):
-                if is_interpreter(item.strip()):
-                    raise self.error(
-                        parts,
-                        f"{item!r} runs code (a shell, an interpreter or a language such as jq) "
-                        "and can never be a safe bin",
-                    )
-            return list(value)
-        if kind == "ulimits":
-            return self.ulimits(value, parts)
-        if kind == "iplist":
-            for item in self.strlist(value, parts):
-                if not is_ip(item):
-                    raise self.error(parts, f"invalid IP address {item!r}")
-            return list(value)
-        if kind == "hostlist":
-            for item in self.strlist(value, parts):
-                if not is_host_entry(item):
-                    raise self.error(parts, f'invalid host entry {item!r} (expected "name:ip")')
-            return list(value)
-        if kind == "egresslist":
-            for item in self.strlist(value, parts):
-                try:
-                    parse_pattern(item)
-                except ValueError as exc:
-                    raise self.error(parts, str(exc)) from None
-            return list(value)
-        if kind == "resolvemap":
-            if not isinstance(value, dict):
-                raise self.error(parts, f'expected a table of name = "address", got {_type_name(value)}')
-            for k, v in value.items():
-                try:
-                    if normalize(k) != k.lower().rstrip(".") or is_ip(k):
-                        raise BadName(f"{k!r} is not a plain host name")
-                except BadName as exc:
-                    raise self.error([*parts, k], str(exc)) from None
-                if not isinstance(v, str) or not is_ip(v):
-                    raise self.error([*parts, k], f"expected an IP address, got {v!r}")
-            return dict(value)
-        if kind == "cpath":
-            if not isinstance(value, str):
-                raise self.error(parts, f"expected a string, got {_type_name(value)}")
-            problem = container_path_problem(value)
-            if problem is not None:
-                raise self.error(parts, problem)
-            return value
-        if kind == "prefix":
-            if not isinstance(value, str):
-                raise self.error(parts, f"expected a string, got {_type_name(value)}")
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
-                raise self.error(parts, f"invalid container name prefix {value!r} (letters, digits, _ . -)")
-            if len(value) > MAX_CONTAINER_PREFIX:
-                raise self.error(parts, f"must be at most {MAX_CONTAINER_PREFIX} characters")
-            return value
-        if kind == "strmap":
-            if not isinstance(value, dict):
-                raise self.error(parts, f"expected a table of strings, got {_type_name(value)}")
-            for k, v in value.items():
-                if not isinstance(v, str):
-                    raise self.error([*parts, k], f"expected a string, got {_type_name(v)}")
-            return dict(value)
-        if kind == "profiles":
-            return self.profiles(value, parts)
-        raise AssertionError(kind)
-
-    def strlist(self, value: Any, parts: PathParts) -> list[str]:
-        if not isinstance(value, list):
-            raise self.error(parts, f"expected a list of strings, got {_type_name(value)}")
-        for item in value:
-            if not isinstance(item, str) or not item.strip():
-                raise self.error(parts, f"expected non-empty strings, got {_type_name(item)} {item!r}")
-        return list(value)
-
-    def ulimits(self, value: Any, parts: PathParts) -> dict[str, tuple[int, int]]:
-        if not isinstance(value, dict):
-            raise self.error(parts, f"expected a table of ulimits, got {_type_name(value)}")
-        out: dict[str, tuple[int, int]] = {}
-        for name, item in value.items():
-            if name not in ULIMIT_NAMES:
-                raise self.error(
-                    [*parts, name], f"unknown ulimit (expected one of: {', '.join(ULIMIT_NAMES)})"
-                )
-            try:
-                out[name] = parse_ulimit(item)
-            except ValueError as exc:
-                raise self.error([*parts, name], str(exc)) from None
-        return out
-
-    def profiles(self, value: Any, parts: PathParts) -> dict[str, dict[str, Any]]:
-        if not isinstance(value, dict):
-            raise self.error(parts, f"expected a table of profiles, got {_type_name(value)}")
-        out: dict[str, dict[str, Any]] = {}
-        for binary, profile in value.items():
-            here = [*parts, binary]
-            if not isinstance(profile, dict):
-                raise self.error(here, f"expected a table, got {_type_name(profile)}")
-            for key, item in profile.items():
-                kind = PROFILE_KEYS.get(key)
-                if kind is None:
-                    raise self.error([*here, key], f"unknown key{_suggest(key, PROFILE_KEYS)}")
-                if kind == "strlist":
-                    self.strlist(item, [*here, key])
-                elif isinstance(item, bool) or not isinstance(item, int) or item < 0:
-                    raise self.error([*here, key], "expected a non-negative integer")
-            try:
-                SafeBinProfile.from_config(profile)
-            except ValueError as exc:
-                raise self.error(here, str(exc)) from None
-            out[binary] = dict(profile)
-        return out
-
-
-def _type_name(value: Any) -> str:
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a table",
-    }.get(type(value), type(value).__name__)
-
-
-def _suggest(name: str, keys: Mapping[str, Any]) -> str:
-    lowered = {k.lower(): k for k in keys}
-    close = lowered.get(name.lower().replace("_", ""))
-    if close is None:
-        import difflib
-
-        found = difflib.get_close_matches(name, list(keys), n=1)
-        close = found[0] if found else None
-    return f" (did you mean {close!r}?)" if close else f" (expected one of: {', '.join(keys)})"
-
-
 def _build(
     path: Path, data: dict[str, Any], lines: dict[str, int], *, exists: bool, env: Mapping[str, str] | None
 ) -> Config:
-    check = _Checker(path, lines)
+    check = Checker(path, lines)
     cfg = Config(path=path, exists=exists)
     for top in data:
         if top not in ("tools", "agents", "nodes", "gateway"):
@@ -453,13 +185,13 @@ def _build(
 
     agents = data.get("agents", {})
     if not isinstance(agents, dict):
-        raise check.error(["agents"], f"expected a table, got {_type_name(agents)}")
+        raise check.error(["agents"], f"expected a table, got {type_name(agents)}")
     for key in agents:
         if key not in ("defaults", "list"):
             raise check.error(["agents", key], "unknown key (expected one of: defaults, list)")
     defaults = agents.get("defaults", {})
     if not isinstance(defaults, dict):
-        raise check.error(["agents", "defaults"], f"expected a table, got {_type_name(defaults)}")
+        raise check.error(["agents", "defaults"], f"expected a table, got {type_name(defaults)}")
     for key in defaults:
         if key != "sandbox":
             raise check.error(["agents", "defaults", key], "unknown key (expected: sandbox)")
@@ -521,7 +253,7 @@ def _build(
 
     nodes = data.get("nodes", {})
     if not isinstance(nodes, dict):
-        raise check.error(["nodes"], f"expected a table of [nodes.<name>], got {_type_name(nodes)}")
+        raise check.error(["nodes"], f"expected a table of [nodes.<name>], got {type_name(nodes)}")
     for name, raw in nodes.items():
         here = ["nodes", name]
         parsed = check.table(raw, NODE_KEYS, here)
@@ -542,7 +274,7 @@ def _build(
     return cfg
 
 
-def _agent_uid(check: _Checker, parsed: Mapping[str, Any], here: PathParts, cfg: Config) -> int | None:
+def _agent_uid(check: Checker, parsed: Mapping[str, Any], here: PathParts, cfg: Config) -> int | None:
     """`uid` or `user` (never both): the Unix account whose connections on the agents' socket are this
     agent. Refused: an unknown user, an account two agents share, or the gateway's own account (that one
     is the operator's, whose connections prove who they are with tokens)."""
@@ -565,7 +297,7 @@ def _agent_uid(check: _Checker, parsed: Mapping[str, Any], here: PathParts, cfg:
     return int(uid)
 
 
-def _gateway_config(check: _Checker, raw: Any) -> GatewayConfig:
+def _gateway_config(check: Checker, raw: Any) -> GatewayConfig:
     parsed = check.table(raw, GATEWAY_KEYS, ["gateway"])
     gw = GatewayConfig(**parsed)
     if (gw.agent_group is None) != (gw.agent_socket is None):
@@ -589,7 +321,7 @@ def _gateway_config(check: _Checker, raw: Any) -> GatewayConfig:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
-def _check_node_env(check: _Checker, parsed: dict[str, Any], here: PathParts) -> None:
+def _check_node_env(check: Checker, parsed: dict[str, Any], here: PathParts) -> None:
     """A node's env names are plain identifiers and no value holds a NUL or a line break: they go on the
     remote command line (quoted), and `env` must never read a name as an option or an assignment."""
     for key, value in (parsed.get("env") or {}).items():
@@ -605,7 +337,7 @@ def _check_node_env(check: _Checker, parsed: dict[str, Any], here: PathParts) ->
 
 
 def _check_docker(
-    check: _Checker,
+    check: Checker,
     docker: DockerConfig,
     agent_parts: PathParts | None = None,
     agent_keys: Collection[str] = (),
@@ -642,7 +374,7 @@ def _check_docker(
             )
 
 
-def _check_egress(check: _Checker, sandbox: SandboxConfig, parts: PathParts) -> None:
+def _check_egress(check: Checker, sandbox: SandboxConfig, parts: PathParts) -> None:
     """Egress is the sandbox's only route out: a Docker network beside it would be another."""
     mode = sandbox.egress.get("mode", "none")
     if mode != "none" and sandbox.docker.network not in ("", "none"):
@@ -653,7 +385,7 @@ def _check_egress(check: _Checker, sandbox: SandboxConfig, parts: PathParts) -> 
         )
 
 
-def _check_browser(check: _Checker, values: Mapping[str, Any], parts: PathParts) -> None:
+def _check_browser(check: Checker, values: Mapping[str, Any], parts: PathParts) -> None:
     if values.get("allow_host_control"):
         raise check.error(
             [*parts, "allowHostControl"],
@@ -661,16 +393,11 @@ def _check_browser(check: _Checker, values: Mapping[str, Any], parts: PathParts)
         )
 
 
-def _check_rootfs(check: _Checker, bwrap: Mapping[str, Any], parts: PathParts) -> None:
+def _check_rootfs(check: Checker, bwrap: Mapping[str, Any], parts: PathParts) -> None:
     """A bubblewrap rootfs is a directory given by absolute path (`~` allowed): mounted read-only as /."""
     rootfs = bwrap.get("rootfs")
     if rootfs is not None and not os.path.isabs(os.path.expanduser(rootfs)):
         raise check.error([*parts, "rootfs"], f"must be an absolute path, got {rootfs!r}")
-
-
-def _number(limit: float) -> str:
-    """A limit as a config file spells it: 2097152, never 2.09715e+06 (a byte count read back)."""
-    return str(int(limit)) if float(limit).is_integer() else f"{limit:g}"
 
 
 def _exec_config(values: Mapping[str, Any]) -> ExecConfig:

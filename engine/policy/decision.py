@@ -25,7 +25,7 @@ from engine.commands.allowlist import (
     identity,
     pinned_command,
 )
-from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command, redirections
+from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
 from engine.commands.boundfiles import ContentBinding
 from engine.commands.content import bind
 from engine.commands.expansion import Expansion, expand
@@ -43,6 +43,8 @@ from engine.policy.precedence import (
     requires_approval,
     resolve_policy,
 )
+from engine.policy.privatebinds import private_binds
+from engine.policy.warncap import FOUND_WARNINGS, capped_warnings, content_warnings
 from engine.results import ToolError
 from engine.statefs import state_dir
 
@@ -524,67 +526,6 @@ def _decision(
     )
 
 
-# One ask must fit the operator's pending page (issue 27 §3: one warning per git config key not known inert
-# made a 780 KB .git/config a 13 MB ask). The first ones are kept whole enough to act on; the rest counted.
-# Each unbounded source (the tree's findings, the content binder's notes) keeps FOUND_WARNINGS lines; every
-# decision then keeps MAX_WARNINGS lines, WARNINGS_CHARS in all.
-FOUND_WARNINGS = 24
-MAX_WARNINGS = 64
-WARNING_CHARS = 2000
-WARNINGS_CHARS = 48_000
-
-
-def capped_warnings(
-    warnings: Sequence[str], limit: int = MAX_WARNINGS, chars: int = WARNINGS_CHARS
-) -> list[str]:
-    """At most `limit` lines of at most WARNING_CHARS (`chars` in all), the rest summed up in one last
-    line: what every decision carries, so every path that shows it (an ask, a pending page, a decision
-    record) stays small however much the tree holds."""
-    kept: list[str] = []
-    size = 0
-    for line in warnings:
-        if len(line) > WARNING_CHARS:
-            line = line[: WARNING_CHARS - 1] + "…"
-        if len(kept) == limit or size + len(line) > chars:
-            break
-        kept.append(line)
-        size += len(line)
-    more = len(warnings) - len(kept)
-    if more:
-        kept.append(f"… {more} more warning{'s' if more != 1 else ''} (not shown)")
-    return kept
-
-
-def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[str]:
-    """What the operator should know about the bound files: allowlist entries naming a file the agent can
-    write, and files that could not be bound."""
-    out = [f"Warning: not bound to content: {p}" for p in content.problems]
-    if content.unbound:
-        out.append(
-            "Warning: the program comes from stdin or a search path, not a file: it cannot be bound, so "
-            "allow-always is not offered."
-        )
-    out += content.notes
-    if content.refuse:
-        out.append(
-            f"Warning: the text cannot be bound to the files it runs ({content.refuse}): an approval of it "
-            "is refused at the run; write it without that, or name the script plainly."
-        )
-    if not content.proven:
-        out.append(
-            "Warning: allow-always is not offered, allow-once only: exechost cannot prove it bound every "
-            f"code source ({'; '.join(content.unproven[:3]) or 'no proof'})."
-        )
-    writable = content.writable_paths
-    for match in result.segments:
-        if match.satisfied_by == "allowlist" and match.matched_pattern and match.resolved_path in writable:
-            out.append(
-                f"Warning: allowlist entry {match.matched_pattern} names {match.resolved_path}, a file the "
-                "agent can write: each run executes whatever it holds when the run is decided."
-            )
-    return out
-
-
 def _segment_json(
     argv: tuple[str, ...],
     resolved: str | None,
@@ -657,65 +598,6 @@ def _allowlist_step(result: AllowlistResult) -> PolicyStep:
     return PolicyStep("allowlist", "+".join(sources), ", ".join(dict.fromkeys(patterns)))
 
 
-def explain(decision: Decision) -> str:
-    """A readable account: the decision, the layer and key that decided it, each segment, the trail."""
-    d = decision
-    lines = [
-        f"Decision: {d.verdict.upper()} — {d.reason}",
-        f"Decided by: {d.decided_by}",
-    ]
-    if d.policy is not None:
-        p = d.policy
-        host = p.host + (" (sandboxed)" if p.sandboxed else " (direct on the gateway)" if p.direct else "")
-        lines.append(
-            f"Agent: {d.agent_id}  Host: {host}  Security: {p.security}  Ask: {p.ask}  "
-            f"Ask fallback: {p.ask_fallback}"
-            + (f"  Node: {p.node}" if p.node else "")
-            + (f"  Elevated: {p.elevated}" if p.elevated != "off" else "")
-        )
-    lines.append(f"Command: {d.command}")
-    if not d.analysis_ok:
-        reason = d.analysis_reason or "unparseable"
-        found = redirections(d.command) if reason == "redirection" else []
-        if found:  # which one: the operator should not have to find it in the command
-            reason += ": " + ", ".join(found)
-        lines.append(f"Analysis: failed closed ({reason})")
-    if d.segments:
-        lines.append("Segments:")
-        for i, seg in enumerate(d.segments, 1):
-            words = " ".join(seg["argv"]) or "(empty)"
-            where = seg["resolvedPath"] or "(not found)"
-            if seg["satisfiedBy"]:
-                verdict = seg["satisfiedBy"] + (f" {seg['matchedPattern']}" if seg["matchedPattern"] else "")
-            else:
-                verdict = "MISS" + (f" ({seg['reason']})" if seg.get("reason") else "")
-            lines.append(f"  {i}. {words}  →  {where}  [{verdict}]")
-    if d.enforced_command:
-        lines.append(f"Enforced command: {d.enforced_command}")
-    if d.content is not None and d.content.items:
-        lines.append("Content (sha256, checked again just before the run):")
-        for item in d.content.items:
-            digest = item.sha256[:16] if item.sha256 else "(absent: must stay absent)"
-            if item.sha256 == "":
-                digest = "(unreadable: the run is refused)"
-            mark = "  agent-writable: runs from a sealed copy" if item.writable and item.sha256 else ""
-            lines.append(f"  {item.role} {item.path}  {digest}  {item.size} B{mark}")
-    if d.durable:
-        lines.append("Durable allow-always approval: yes")
-    if d.allowed_decisions:
-        lines.append(
-            f"Allowed decisions: {'|'.join(d.allowed_decisions)}"
-            + (f"  (no approver: askFallback={d.ask_fallback})" if d.ask_fallback else "")
-        )
-    if d.allow_always_patterns:
-        lines.append(f"Allow-always would persist: {', '.join(d.allow_always_patterns)}")
-    lines.extend(d.warnings)
-    if d.policy is not None and d.policy.trail:
-        lines.append("Policy trail:")
-        lines.extend(f"  {step}" for step in d.policy.trail)
-    return "\n".join(lines)
-
-
 def programs(result: AllowlistResult) -> list[str]:
     """Every program path resolved for a command (its wrappers', an `sh -c` payload's): each is run by
     its name in the run's view."""
@@ -725,16 +607,3 @@ def programs(result: AllowlistResult) -> list[str]:
         if m.inner is not None:
             found += programs(m.inner)
     return found
-
-
-def private_binds(
-    config: Config, agent_id: str, owner: str | None = None, *, operator: bool = False
-) -> tuple[tuple[str, str], ...]:
-    """The agent's private dirs in its host runs' view (engine.commands.hostprivate), as (source,
-    destination), `owner`'s copy when given (ExecContext.owner), the operator's own for an `operator`
-    call (the agent is its policy only); none without a host view."""
-    own = config.exec_for(agent_id)
-    if own.host_view == "none":
-        return ()
-    key = hostprivate.space(owner or agent_id, operator=operator)
-    return hostprivate.binds(str(state_dir()), key, hostprivate.dests(own.host_private))

@@ -13,8 +13,9 @@ from engine.policy.decision import Decision
 from engine.results import ToolError
 from engine.sandbox import agentcap, bwrap, bwrapterm, docker_ops
 from engine.sandbox import supervisor as sv
+from engine.sandbox.errors import SandboxError
 from engine.sandbox.launcher import SandboxLauncher
-from engine.sandbox.manager import Ensured, SandboxError, SandboxManager
+from engine.sandbox.manager import Ensured, SandboxManager
 from engine.sandbox.settings import (
     AGENT_MOUNT,
     Layout,

@@ -20,7 +20,8 @@ from typing import Any
 from engine import statefs
 from engine.principals import is_operators, operator_scope
 from engine.sandbox import agentcap, docker_ops, dockercg, sockdirfs, wsbudget, wsfs
-from engine.sandbox.manager import SandboxError, refuse_foreign
+from engine.sandbox.errors import SandboxError
+from engine.sandbox.ownership import refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,

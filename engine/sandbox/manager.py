@@ -6,50 +6,45 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine import fairpool, statefs
-from engine.errors import ExecHostError
-from engine.principals import MAIN_AGENT, key_owner
-from engine.sandbox import agentcap, bwrap, docker_ops, dockercg, sandboxuid, wsbudget, wsfs
+from engine.sandbox import (
+    agentcap,
+    bwrap,
+    docker_ops,
+    dockercg,
+    sandboxuid,
+    setupcmd,
+    wsbudget,
+    wsfs,
+)
 from engine.sandbox import supervisor as sv
-from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
+from engine.sandbox.backend import BWRAP
 from engine.sandbox.egress import forwarder
-from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry, is_pool_name
-from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
+from engine.sandbox.errors import SandboxError
+from engine.sandbox.ownership import check_workspaces, own_workspace, refuse_foreign
+from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry
+from engine.sandbox.registry import Registry, RegistryEntry, now_ms
+from engine.sandbox.removal import REGISTRY_ERRORS, SandboxRemoval
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
-    LEGACY_HASH_HEX,
-    SLUG_HASH_HEX,
     STATE_LABEL,
     Layout,
     SandboxSettings,
     config_hash,
-    layout,
     recreate_hint,
-    resolve_settings,
     split_namespace,
     state_id,
 )
 from engine.sandbox.validate import docker_writable, sanitize_container_env, validate_docker
-from engine.sandbox.workspace import WorkspaceError, ensure_dir, give_dirs, workspace_user
+from engine.sandbox.workspace import give_dirs, workspace_user
 
 log = logging.getLogger(__name__)
 
-PRUNE_INTERVAL_SEC = 5 * 60
 TOUCH_INTERVAL_MS = 30_000
-SETUP_TIMEOUT_SEC = 600.0
-# What a registry write can raise: a corrupt file, an unusable path, I/O. Anything else is a bug.
-_REGISTRY_ERRORS = (RegistryError, statefs.StateFileError, OSError)
-
-
-class SandboxError(ExecHostError):
-    """A sandbox could not be provided; the message is shown to the agent as is."""
-
-    code = "tool_error"
 
 
 @dataclass
@@ -69,7 +64,7 @@ class _Known:
     scope_key: str = ""  # whose sandbox this is: the name alone is never taken as proof
 
 
-class SandboxManager:
+class SandboxManager(SandboxRemoval):
     """One per process. Keeps what warm execs need (container known good, supervisor alive) in memory."""
 
     def __init__(
@@ -87,18 +82,13 @@ class SandboxManager:
         # handed to it once started, so they outlive the gateway (engine.sandbox.held).
         self.session_host: Any = None
         # Ready containers per config (engine.sandbox.pool); off until start_pool (the gateway's).
-        self.pool = Pool(self.extra_labels, self._run_setup)
+        self.pool = Pool(self.extra_labels, setupcmd.run_setup)
         # The gateway's egress proxy: (sandbox, agent, uid that may use the socket) → listening. Without
         # it (the engine alone) an egress sandbox has its forwarder but nothing answers: 502 inside.
         self.egress: Callable[[str, str, int | None], Awaitable[bool]] | None = None
         self.egress_gone: Callable[[str], None] | None = None  # its listener stops with the sandbox
         self._egress_dirs: set[str] = set()
         self._writes: set[asyncio.Future[None]] = set()  # registry writes off the request path
-
-    @property
-    def registry(self) -> Registry:
-        # Resolved lazily: the state dir may change between tests in one process.
-        return self._registry or Registry()
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -317,7 +307,7 @@ class SandboxManager:
             raise SandboxError(str(exc)) from None
         if settings.docker.network not in ("", "none"):
             raise SandboxError(bwrap.network_refusal(lay.name, settings.docker.network))
-        await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)
+        await fairpool.to_thread(check_workspaces, settings, lay, agent_id)
         channel.prepare()
         _, has_bb = await fairpool.to_thread(sv.ensure_bin_dir)
         env, env_warnings = self.container_env(settings)
@@ -421,7 +411,7 @@ class SandboxManager:
         elif not state.running:
             self._progress(lay.name, "starting stopped container")
             self._check_binds(settings, lay)  # Docker mounts them again, by path, at this start
-            await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)  # binds are mounted at start
+            await fairpool.to_thread(check_workspaces, settings, lay, agent_id)  # binds are mounted at start
             channel.prepare()
             await fairpool.to_thread(sv.ensure_bin_dir)
             await fairpool.to_thread(docker_ops.start, lay.name)
@@ -435,7 +425,7 @@ class SandboxManager:
                 # Its control dir was replaced under it, or the supervisor died: a restart re-binds both.
                 self._progress(lay.name, "restarting container: exec supervisor not answering")
                 self._check_binds(settings, lay)
-                await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)
+                await fairpool.to_thread(check_workspaces, settings, lay, agent_id)
                 await fairpool.to_thread(sv.ensure_bin_dir)
                 await fairpool.to_thread(docker_ops.restart, lay.name)
                 await channel.wait_ready()
@@ -482,7 +472,7 @@ class SandboxManager:
             await fairpool.to_thread(docker_ops.ensure_image, settings.docker.image)
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from None
-        await fairpool.to_thread(_check_workspaces, settings, lay, agent_id)
+        await fairpool.to_thread(check_workspaces, settings, lay, agent_id)
         channel = sv.Channel(lay.name)
         channel.prepare()
         _, has_bb = await fairpool.to_thread(sv.ensure_bin_dir)
@@ -559,41 +549,11 @@ class SandboxManager:
     async def _setup(self, settings: SandboxSettings, lay: Layout) -> None:
         """setupCommand once after the first start; on failure the container goes, so the next use retries."""
         self._progress(lay.name, "running setupCommand")
-        failure = await self._run_setup(lay.name, settings)
+        failure = await setupcmd.run_setup(lay.name, settings)
         if failure is not None:
             await self.settle()
             await fairpool.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(f"Sandbox setupCommand failed in {lay.name} {failure}")
-
-    async def _run_setup(self, name: str, settings: SandboxSettings) -> str | None:
-        """setupCommand in container `name`: None when it succeeded, else "(exit N)" and its output tail."""
-        from engine.sandbox.launcher import SupervisedProcess
-
-        command = settings.docker.setup_command or ""
-        proc = SupervisedProcess(sv.Channel(name), "0" * 16)
-        script = sv.spec_script(
-            command, settings.docker.workdir, {"HOME": settings.docker.workdir}, None, "/bin/sh"
-        )
-        output = b""
-        try:
-            await proc.start(script, False)
-
-            async def drain() -> None:
-                nonlocal output
-                while (chunk := await proc.read()) is not None:
-                    output = (output + chunk[1])[-2000:]
-
-            async with asyncio.timeout(SETUP_TIMEOUT_SEC):
-                await drain()
-                code, sig = await proc.wait()
-        except (TimeoutError, sv.SupervisorUnavailable) as exc:
-            code, sig = None, str(exc) or "timeout"
-        finally:
-            proc.close()
-        if code == 0:
-            return None
-        tail = output.decode("utf-8", "replace").strip()
-        return f"(exit {code if code is not None else sig})" + (f":\n{tail}" if tail else ".")
 
     async def _touch(self, name: str, known: _Known | None, *, force: bool = False) -> None:
         """lastUsedAtMs, written at most every 30 s: the hot window and prune work in minutes and hours."""
@@ -602,7 +562,7 @@ class SandboxManager:
             return
         if known is not None:
             known.last_touch_ms = stamp
-        with contextlib.suppress(*_REGISTRY_ERRORS):  # a stale lastUsedAtMs only delays prune
+        with contextlib.suppress(*REGISTRY_ERRORS):  # a stale lastUsedAtMs only delays prune
             await fairpool.to_thread(self.registry.touch, name, stamp)
 
     def activity(self, name: str) -> Callable[[int], None]:
@@ -610,206 +570,6 @@ class SandboxManager:
             self.active[name] = max(0, self.active.get(name, 0) + delta)
 
         return count
-
-    def forget(self, name: str) -> None:
-        """The sandbox is gone: nothing of it stays known, and its egress socket and dir go too."""
-        self._known.pop(name, None)
-        self._egress_dirs.discard(name)
-        if self.egress_gone is not None:
-            self.egress_gone(name)
-        forwarder.remove_dir(name)
-
-    # -- prune ------------------------------------------------------------------------------------
-    async def maybe_prune(self, settings: SandboxSettings, *, force: bool = False) -> list[str]:
-        """Remove containers idle past idleHours or older than maxAgeDays; at most once per 5 min."""
-        now = time.monotonic()
-        if not force and self._last_prune is not None and now - self._last_prune < PRUNE_INTERVAL_SEC:
-            return []
-        self._last_prune = now
-        if settings.max_age_days > 0:  # a spare is as old as its image: it goes like any container
-            self.pool.expire(int(settings.max_age_days * 86_400_000))
-        return await fairpool.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
-
-    def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
-        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking.
-        No Docker engine, no spares (a bwrap-only host prunes and recreates without one)."""
-        try:
-            return self.pool.prune(config, everything=everything)
-        except docker_ops.SandboxUnavailable:
-            return []
-
-    def _prune(self, idle_hours: float, max_age_days: float) -> list[str]:
-        if idle_hours <= 0 and max_age_days <= 0:
-            return []
-        stamp = now_ms()
-        removed: list[str] = []
-        for entry in self.registry.read():
-            if self.active.get(entry.containerName, 0) > 0:
-                continue  # a background job is still running in it
-            idle = stamp - (entry.lastUsedAtMs or entry.createdAtMs)
-            age = stamp - entry.createdAtMs
-            if (idle_hours > 0 and idle > idle_hours * 3_600_000) or (
-                max_age_days > 0 and age > max_age_days * 86_400_000
-            ):
-                backend_named(entry.backendId, entry.containerName).remove(entry.containerName)
-                with contextlib.suppress(*_REGISTRY_ERRORS):
-                    self.registry.remove(entry.containerName)
-                self.forget(entry.containerName)
-                removed.append(entry.containerName)
-        return removed
-
-    # -- operator views ---------------------------------------------------------------------------
-    def list_runtimes(self, config: Any) -> list[dict[str, Any]]:
-        """Registry entries joined with live Docker state and the config they should have now."""
-        entries = {e.containerName: e for e in self.registry.read()}
-        live: dict[str, dict[str, Any]] = {}
-        for backend in BACKENDS.values():
-            try:
-                found = backend.runtimes()
-            except docker_ops.SandboxUnavailable:
-                # No Docker engine answers (a bwrap-only machine): its sandboxes are listed from the registry.
-                if not any(e.backendId == backend.id for e in entries.values()):
-                    continue
-                raise
-            for rt in found:
-                state = "running" if rt.running else "exited"
-                live[rt.name] = {"State": state, "Labels": rt.labels, "Image": rt.image}
-                live[rt.name]["backend"] = rt.backend
-        stamp = now_ms()
-        rows: list[dict[str, Any]] = []
-        for name in sorted(set(entries) | set(live)):
-            entry = entries.get(name)
-            c = live.get(name)
-            labels = dict((c or {}).get("Labels") or {})
-            pool_born = docker_ops.POOL_LABEL in labels
-            if pool_born and is_pool_name(name) and entry is None:
-                continue  # a ready spare: no agent's yet (docs/SANDBOX-POOL.md)
-            scope = entry.sessionKey if entry else labels.get("openclaw.sessionKey", "")
-            namespace, own = split_namespace(scope)  # (a gateway's own scope on a shared node)
-            owner = (entry.agentId if entry else None) or labels.get("exechost.agentId") or key_owner(own)
-            agent_id = owner or MAIN_AGENT  # whose settings it is compared with; an ownerless one is shown
-            # with main's, but belongs to the operator alone (principals: an ownerless key is the operator's)
-            settings = resolve_settings(config, agent_id)
-            session = scope if settings.scope == "session" else f"agent:{agent_id}:main"
-            expected_lay = layout(settings, agent_id, session, namespace=namespace)
-            expected_hash = config_hash(settings, expected_lay)
-            if pool_born:  # its label holds the pool key; what the claim bound it to is the registry's
-                current_hash = entry.configHash if entry else None
-            else:
-                current_hash = labels.get("openclaw.configHash") or (entry.configHash if entry else None)
-            image = str((c or {}).get("Image") or (entry.image if entry else ""))
-            created = entry.createdAtMs if entry else int(labels.get("openclaw.createdAtMs", "0") or 0)
-            last_used = entry.lastUsedAtMs if entry else created
-            rows.append(
-                {
-                    "containerName": name,
-                    "sessionKey": scope,
-                    # A claimed container the registry lost is nobody's but the operator's.
-                    "agentId": None if (pool_born and entry is None) or owner is None else agent_id,
-                    "running": bool(c and c.get("State") == "running"),
-                    "exists": c is not None,
-                    "image": image,
-                    "configuredImage": image_of(settings),
-                    "imageMatch": image == image_of(settings),
-                    "configHash": current_hash,
-                    "expectedConfigHash": expected_hash,
-                    "configMatch": current_hash == expected_hash and expected_lay.name == name,
-                    "createdAtMs": created,
-                    "lastUsedAtMs": last_used,
-                    "ageMs": max(0, stamp - created) if created else None,
-                    "idleMs": max(0, stamp - last_used) if last_used else None,
-                    "backend": str((c or {}).get("backend") or (entry.backendId if entry else "docker")),
-                }
-            )
-        return rows
-
-    def remove_runtime(self, name: str) -> bool:
-        entry = None
-        with contextlib.suppress(*_REGISTRY_ERRORS):
-            entry = self.registry.get(name)
-        ok = backend_named(entry.backendId if entry else None, name).remove(name)
-        with contextlib.suppress(*_REGISTRY_ERRORS):  # the sandbox is gone; a stale row is pruned later
-            self.registry.remove(name)
-        self.forget(name)
-        return ok
-
-
-def refuse_foreign(state: docker_ops.ContainerState, name: str, scope_key: str) -> None:
-    """A sandbox is adopted only by the scope it records (Docker label, bwrap runtime record): a name is a
-    hash of the scope key, and a name shared by two keys must never hand one the other's sandbox."""
-    if not state.exists or state.pool_key is not None:  # (a pool container's claim is in the registry)
-        return
-    owner = (state.labels or {}).get("openclaw.sessionKey")
-    if owner != scope_key:
-        raise SandboxError(
-            f"Sandbox {name} was made for another scope ({owner!r}, not {scope_key!r}); refusing to use it "
-            "(an operator removes it with `exechost sandbox recreate --session KEY`, its own key)."
-        )
-
-
-def _check_workspaces(settings: SandboxSettings, lay: Layout, agent_id: str) -> None:
-    """Create or re-check, without following links, every workspace a container is about to mount."""
-    own_workspace(settings, lay)
-    try:
-        # its own capped filesystem (engine.sandbox.wsfs: root only), mounted before any sandbox binds it,
-        # a new one within what its agent's workspaces together may take (engine.sandbox.wsbudget)
-        wsfs.ensure(
-            settings.workspace_root,
-            lay.sandbox_workspace,
-            wsbudget.for_scope(settings, lay.scope_key, agent_id),
-        )
-        for path in {lay.workspace_dir, lay.agent_mount or lay.workspace_dir}:
-            if path != lay.sandbox_workspace:
-                ensure_dir(_trusted_root(path, settings.workspace_root), path)
-    except WorkspaceError as exc:
-        raise SandboxError(str(exc)) from None
-
-
-def own_workspace(settings: SandboxSettings, lay: Layout) -> None:
-    """A scope's workspace dir is its own: the key it was first made for is recorded in the state dir (no
-    sandbox mounts it), and a key whose name is the same gets a refusal, never the dir and its files."""
-    if settings.scope == "shared":
-        return
-    path = statefs.state_dir() / "sandbox-owners" / os.path.basename(lay.sandbox_workspace)
-    try:
-        recorded = statefs.read_text(path)
-        if recorded is None:
-            _adopt_legacy_workspace(lay.sandbox_workspace)
-            statefs.atomic_write(path, lay.scope_key)
-            return
-    except (OSError, statefs.StateFileError, UnicodeDecodeError) as exc:
-        raise SandboxError(f"Sandbox workspace owner record {path}: {exc}") from None
-    if recorded != lay.scope_key:
-        raise SandboxError(
-            f"Sandbox workspace {lay.sandbox_workspace} was made for another scope ({recorded!r}, not "
-            f"{lay.scope_key!r}); refusing to use it."
-        )
-
-
-def _adopt_legacy_workspace(workspace: str) -> None:
-    """Nothing is lost in the move to 128-bit names: a scope's workspace made under the old name (the same
-    readable part and the first 8 hex digits of the same hash, so the old name is the new one cut) is
-    renamed to the new name the first time its scope is used, before any owner is recorded. Only where no
-    workspace has the new name yet; a rename is atomic, so two starts cannot both take it."""
-    base = os.path.basename(workspace)
-    legacy = os.path.join(os.path.dirname(workspace), base[: len(base) - (SLUG_HASH_HEX - LEGACY_HASH_HEX)])
-    if legacy == workspace or os.path.lexists(workspace) or os.path.islink(legacy):
-        return
-    if not os.path.isdir(legacy):
-        return
-    with contextlib.suppress(FileNotFoundError):
-        os.rename(legacy, workspace)
-        log.info("sandbox workspace %s renamed to %s (128-bit names)", legacy, workspace)
-
-
-def _trusted_root(path: str, workspace_root: str) -> str:
-    """The deepest ancestor taken as configured: the workspace root or the state dir when `path` is inside
-    one, else its own parent (an agent workspace the operator placed elsewhere)."""
-    for root in (workspace_root, str(statefs.state_dir())):
-        root = os.path.abspath(root)
-        if path == root or path.startswith(root.rstrip("/") + "/"):
-            return root
-    return os.path.dirname(path)
 
 
 def _numeric_uid(user: str) -> int | None:

@@ -6,13 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.approvals import generations
-from engine.approvals.pending import (
-    OPERATOR_ASKER,
-    OPERATOR_PRINCIPAL,
-    ApprovalRecord,
-    ApprovalRequest,
-    env_hash,
-)
+from engine.approvals.request import OPERATOR_ASKER, ApprovalRecord, ApprovalRequest, env_hash
+from engine.approvals.schema import OPERATOR_PRINCIPAL
 from engine.policy.decision import Decision
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolResult

@@ -30,7 +30,8 @@ from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config import nodekeys
 from engine.config.loader import load_config
 from engine.config.model import Config
-from engine.policy.decision import Decision, evaluate, private_binds
+from engine.policy.decision import Decision, evaluate
+from engine.policy.privatebinds import private_binds
 from engine.results import ToolError
 from engine.sandbox import bwraplimits, hostcpu
 from engine.statefs import state_dir

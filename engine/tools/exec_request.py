@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.approvals.pending import ApprovalManager, ApprovalRecord
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRecord
 from engine.approvals.store import Use
 from engine.config.model import Config
 from engine.modes import ASKS, HOSTS, SECURITIES

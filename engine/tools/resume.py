@@ -16,7 +16,7 @@ from engine.approvals import generations
 from engine.approvals.durable import StoredAsk
 from engine.approvals.generations import Stamp
 from engine.approvals.grants import GrantLimits
-from engine.approvals.pending import ApprovalRecord, env_hash
+from engine.approvals.request import ApprovalRecord, env_hash
 from engine.commands.allowlist import identity_problem
 from engine.errors import InvalidInput
 from engine.protocol.requests import ExecRequest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from engine.approvals.pending import ApprovalRecord
+from engine.approvals.request import ApprovalRecord
 from engine.display import node_label
 
 FOLLOWUP_OUTPUT_CHARS = 400

@@ -225,7 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
     from runner import daemonproc
-    from runner.gateway.server import GatewayBusy, run_gateway
+    from runner.gateway.pidlock import GatewayBusy
+    from runner.gateway.server import run_gateway
 
     notes = daemonproc.settle()  # first: it may re-exec (nothing its starter handed it lasts)
     logging.basicConfig(

@@ -88,7 +88,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not os.path.isdir(cwd):
         raise UsageError(f"policy check: --cwd {args.cwd!r} is not a directory")
     # Imported here so a problem in the analysis stack cannot take down every other CLI verb.
-    from engine.policy.decision import evaluate, explain
+    from engine.policy.decision import evaluate
+    from engine.policy.explain import explain
     from engine.tools.exec_host import host_outside
 
     try:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from engine.approvals.pending import ApprovalRecord
+from engine.approvals.request import ApprovalRecord
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName, Topic
 

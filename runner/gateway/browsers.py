@@ -17,7 +17,7 @@ from engine.lazymod import lazy
 from engine.protocol.methods import EventName, Topic
 from engine.results import ToolError, ToolResult
 from engine.sandbox import agentcap, docker_ops
-from engine.sandbox.manager import SandboxError
+from engine.sandbox.errors import SandboxError
 from engine.sandbox.settings import SandboxSettings, main_session_key, resolve_settings
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ from engine.approvals.history import (
     encode_entry,
     run_line,
 )
-from engine.approvals.pending import ApprovalManager, ApprovalRecord, unsettled
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRecord, unsettled
 from engine.sessions.registry import Session
 
 log = logging.getLogger("exechost.gateway")

@@ -11,14 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals import generations as stamps
-from engine.approvals.pending import (
-    OPERATOR_ASKER,
-    REVOKED,
-    ApprovalError,
-    ApprovalRecord,
-    ApprovalRequest,
-    env_hash,
-)
+from engine.approvals.pending import REVOKED
+from engine.approvals.request import OPERATOR_ASKER, ApprovalError, ApprovalRecord, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from runner.gateway import node_limits as limits
 from runner.gateway.node_runs import NodeRun

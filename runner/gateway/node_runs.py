@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.approvals.generations import Stamp
-from engine.approvals.pending import ApprovalRecord
+from engine.approvals.request import ApprovalRecord
 from engine.nodes.link import NodeLink
 from engine.nodes.wire import Response
 from engine.results import ToolResult

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.grants import GRANTS_NAME, GrantStore
-from engine.approvals.pending import ApprovalManager, ApprovalRecord
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRecord
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path as config_file_path
 from engine.config.model import Config

@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.approvals.grants import GrantLimits
-from engine.approvals.pending import ApprovalManager, ApprovalRecord, session_owner
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRecord, session_owner
 from engine.errors import InvalidInput
 
 log = logging.getLogger("exechost.node")

@@ -381,7 +381,7 @@ async def test_class7_a_crash_inside_a_live_revoke_leaves_the_agents_run_running
 
 
 async def test_class3_agent_mains_asks_fill_the_operators_own_share(state_dir: Path) -> None:
-    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+    from engine.approvals.room import MAX_PENDING_PER_AGENT
     from engine.protocol.frames import RemoteError
 
     work = _config(state_dir)
@@ -674,7 +674,7 @@ async def test_class3_agent_mains_asks_rotate_the_operators_own_decisions_away(
     """The operator's own decisions were routed by the agent the ask named for policy (main) and rotated
     within main's 5 MiB by main's flood of big asks; they are the operator's now (history._route). flood 0:
     the control (the operator's own decision is listed)."""
-    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+    from engine.approvals.room import MAX_PENDING_PER_AGENT
 
     work = _config(state_dir)
     async with gateway(state_dir):

@@ -17,7 +17,7 @@ from aiohttp import web as aiohttp_web
 from console import socket_asks
 from console import web as web_console
 from engine import fairpool, ostext, principals, statefs
-from engine.approvals.pending import NOT_UTF8
+from engine.approvals.request import NOT_UTF8
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import request_decision
 from engine.approvals.store import ApprovalsStore

@@ -46,7 +46,8 @@ async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(st
     Closed: a join is one more ask waiting, counted against the agent's cap (which counts requesters), so
     past it the join is refused; views carry a requester count and the first few requesters only."""
     from engine import principals
-    from engine.approvals.pending import MAX_PENDING_PER_AGENT, SHOWN_REQUESTERS
+    from engine.approvals.request import SHOWN_REQUESTERS
+    from engine.approvals.room import MAX_PENDING_PER_AGENT
 
     write_config(state, ALLOWLIST + listed("ops"))
     principals.mint(state, "ops")
@@ -1002,7 +1003,7 @@ async def test_join_flood_cuts_off_a_pausing_approver_by_frame_count(state: Path
     the byte caps promise — and its asks go two-phase until it reconnects.
     Closed: joins count against the agent's cap, one ask's queued `approval.updated` events are merged
     (the latest replaces one still waiting), and the send queue is capped in bytes, not frames."""
-    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+    from engine.approvals.room import MAX_PENDING_PER_AGENT
     from engine.protocol.frames import OPERATOR_TOKEN_NAME, ensure_token
 
     write_config(state, ALLOWLIST)

@@ -18,7 +18,7 @@ import pytest
 from engine import principals
 from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore
 from engine.approvals.history import HISTORY_DIR, DecisionLog, encode_entry
-from engine.approvals.pending import MAX_PENDING_PER_AGENT
+from engine.approvals.room import MAX_PENDING_PER_AGENT
 from engine.approvals.store import ApprovalsStore
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.client import ControlClient

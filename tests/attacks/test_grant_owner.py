@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from engine.approvals.grants import GrantLimits, GrantStore
-from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRequest
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalError, ApprovalRequest
 from engine.errors import InvalidInput
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
 

@@ -99,7 +99,7 @@ async def test_asks_filed_as_another_agent_count_against_the_run_that_asked(
 ) -> None:
     """40 asks claiming agent ops: none is filed as ops, asks naming no run of this node are refused, and
     ops's own next ask is not locked out."""
-    from engine.approvals.pending import MAX_PENDING_PER_AGENT
+    from engine.approvals.room import MAX_PENDING_PER_AGENT
 
     hostile = _setup(sshd_nodes, state_dir)
     async with gateway(state_dir) as server:

@@ -206,7 +206,7 @@ async def test_approved_flags_in_system_run_are_ignored(sshd_nodes: list[SshdNod
 async def test_relayed_answer_outside_the_offer_is_no_approval() -> None:
     """A gateway (or a forged frame) answering allow-always where only allow-once was offered, or answering
     with junk, approves nothing: the node applies askFallback."""
-    from engine.approvals.pending import ApprovalRequest
+    from engine.approvals.request import ApprovalRequest
     from runner.node.approvals import RelayedApprovals
 
     for answer in (

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from engine import principals
-from engine.approvals.pending import MAX_PENDING_PER_AGENT
+from engine.approvals.room import MAX_PENDING_PER_AGENT
 from engine.errors import ExecHostError
 from engine.protocol.frames import MAX_FRAME_BYTES
 from engine.tools.exec import COMMAND_MAX_BYTES
@@ -92,7 +92,7 @@ async def test_asks_are_capped_per_agent_and_the_list_is_paged(state_dir: Path) 
 
 
 async def test_the_total_cap_holds_across_agents(state_dir: Path) -> None:
-    from engine.approvals.pending import MAX_PENDING
+    from engine.approvals.room import MAX_PENDING
 
     write_config(state_dir, AGENTS)
     async with gateway(state_dir) as server:

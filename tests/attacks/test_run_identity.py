@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.approvals.history import DecisionLog
-from engine.approvals.pending import ApprovalManager, ApprovalRequest
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRequest
 from engine.sessions import RunSpec, SessionManager
 from engine.tools.exec import ExecContext
 from engine.tools.resume import _starting_again

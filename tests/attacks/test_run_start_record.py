@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.approvals.pending import ApprovalManager, ApprovalRequest
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRequest
 from runner.gateway.journal import ApprovalJournal
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a small filesystem of its own needs root")

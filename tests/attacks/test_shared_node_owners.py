@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine.approvals.grants import GrantLimits, GrantStore
-from engine.approvals.pending import ApprovalManager, ApprovalRequest
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRequest
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.sandbox.settings import (
     container_name,
@@ -291,7 +292,7 @@ async def test_a_gateway_lists_and_recreates_only_its_own_sandboxes_on_a_shared_
 async def test_one_gateways_agent_fills_no_other_gateways_ask_queue_on_a_shared_node() -> None:
     """Tried: gateway B's `main` filling a shared node's pending asks for `main` up to the per-agent cap:
     gateway A's `main` was refused every ask (APPROVAL_QUEUE_FULL). The cap counts per owner."""
-    from engine.approvals.pending import ApprovalError
+    from engine.approvals.request import ApprovalError
 
     mgr = ApprovalManager(max_per_agent=2)
     for i in range(2):

@@ -273,7 +273,8 @@ async def test_an_ask_stamped_before_a_revoke_is_never_filed() -> None:
     """The construction itself (engine.approvals.generations): an ask carrying the generation its run began
     under is refused once the agent was revoked or rotated since (AGENT_REVOKED), as is one joining the same
     question another run asked; a run stamped after the revoke, or the operator's (unstamped), still asks."""
-    from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRequest
+    from engine.approvals.pending import ApprovalManager
+    from engine.approvals.request import ApprovalError, ApprovalRequest
 
     manager = ApprovalManager()
     request = ApprovalRequest(command="make deploy", cwd="/", host="gateway", agent_id="ops", session_key="k")

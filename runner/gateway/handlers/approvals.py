@@ -7,7 +7,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from engine import fairpool
-from engine.approvals.pending import ApprovalRecord
+from engine.approvals.request import ApprovalRecord
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
 from engine.commands.filetrust import writable_pattern_warning

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.grants import GrantLimits
-from engine.approvals.pending import ApprovalError
+from engine.approvals.request import ApprovalError
 from engine.errors import InvalidInput
 from engine.protocol.requests import Approve
 from engine.results import ToolError

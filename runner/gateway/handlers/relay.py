@@ -18,7 +18,7 @@ from engine import fairpool
 from engine.approvals import generations
 from engine.approvals.decisions import DECISIONS
 from engine.approvals.generations import Stamp
-from engine.approvals.pending import ApprovalError, ApprovalRequest
+from engine.approvals.request import ApprovalError, ApprovalRequest
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate

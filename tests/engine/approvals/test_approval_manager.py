@@ -12,11 +12,10 @@ from engine.approvals.pending import (
     AMBIGUOUS,
     NOT_FOUND,
     USAGE,
-    ApprovalError,
     ApprovalManager,
-    ApprovalRequest,
     normalize_decision,
 )
+from engine.approvals.request import ApprovalError, ApprovalRequest
 
 
 def req(command: str = "ls -la", **kw: object) -> ApprovalRequest:

@@ -7,14 +7,15 @@ import asyncio
 
 import pytest
 
-from engine.approvals.pending import (
-    OPERATOR_ASKER,
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import OPERATOR_ASKER, ApprovalError, ApprovalRequest
+from engine.approvals.schema import (
+    ALLOW_ALWAYS,
     OPERATOR_PRINCIPAL,
-    ApprovalError,
-    ApprovalManager,
-    ApprovalRequest,
+    AllowlistRecord,
+    ApprovalsFile,
+    PolicyBlock,
 )
-from engine.approvals.schema import ALLOW_ALWAYS, AllowlistRecord, ApprovalsFile, PolicyBlock
 
 
 def req(command: str, asker: str, agent: str = "main") -> ApprovalRequest:

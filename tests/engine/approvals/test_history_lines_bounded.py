@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.approvals.history import MAX_LINE_BYTES, DecisionLog, decision_line, encode_entry
-from engine.approvals.pending import SHOWN_REQUESTERS
+from engine.approvals.request import SHOWN_REQUESTERS
 
 
 def _view(**extra: object) -> dict[str, object]:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from engine import jsontext, ostext
 from engine.approvals.durable import PendingFile
 from engine.approvals.history import DecisionLog, encode_entry
-from engine.approvals.pending import NOT_UTF8, ApprovalManager, ApprovalRequest
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import NOT_UTF8, ApprovalRequest
 from engine.approvals.socket.wire import PromptRequest
 from engine.approvals.store import ApprovalsStore, Use
 from engine.sessions.events import SystemEvents

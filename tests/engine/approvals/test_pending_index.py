@@ -10,16 +10,9 @@ from dataclasses import replace
 import pytest
 
 from engine.approvals.durable import unsettled
-from engine.approvals.pending import (
-    MAX_PENDING,
-    MAX_PENDING_PER_AGENT,
-    NEWCOMER_FLOOR,
-    NEWCOMER_SLOTS,
-    OPERATOR_ASKER,
-    ApprovalError,
-    ApprovalManager,
-    ApprovalRequest,
-)
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import OPERATOR_ASKER, ApprovalError, ApprovalRequest
+from engine.approvals.room import MAX_PENDING, MAX_PENDING_PER_AGENT, NEWCOMER_FLOOR, NEWCOMER_SLOTS
 
 
 def req(command: str, agent: str = "main") -> ApprovalRequest:

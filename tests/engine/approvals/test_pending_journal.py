@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.approvals.durable import PendingFile
-from engine.approvals.pending import ApprovalManager, ApprovalRecord, ApprovalRequest
+from engine.approvals.pending import ApprovalManager
+from engine.approvals.request import ApprovalRecord, ApprovalRequest
 
 
 def _ask(manager: ApprovalManager, command: str) -> ApprovalRecord:

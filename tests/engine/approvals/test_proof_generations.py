@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from engine.approvals import generations
 from engine.approvals.generations import Generations, Stamp
-from engine.approvals.pending import REVOKED, ApprovalError, ApprovalManager, ApprovalRequest
+from engine.approvals.pending import REVOKED, ApprovalManager
+from engine.approvals.request import ApprovalError, ApprovalRequest
 
 KEY = "uid:47123>ops"
 

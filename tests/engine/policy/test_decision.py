@@ -14,7 +14,8 @@ from engine.commands.allowlist import approval_binding, command_hash_pattern
 from engine.commands.analysis import analyze_command
 from engine.config.loader import load_config_text
 from engine.config.model import Config
-from engine.policy.decision import Decision, evaluate, explain
+from engine.policy.decision import Decision, evaluate
+from engine.policy.explain import explain
 from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError
 
@@ -351,7 +352,7 @@ def test_file_precedence_agent_wildcard_defaults(state_dir: Path) -> None:
 
 
 def test_warnings_are_capped_with_the_rest_counted() -> None:
-    from engine.policy.decision import MAX_WARNINGS, WARNING_CHARS, WARNINGS_CHARS, capped_warnings
+    from engine.policy.warncap import MAX_WARNINGS, WARNING_CHARS, WARNINGS_CHARS, capped_warnings
 
     few = ["Warning: a", "Warning: b"]
     assert capped_warnings(few) == few  # the legitimate case: nothing cut, nothing added
@@ -370,7 +371,7 @@ def test_a_tree_with_many_findings_still_asks_with_its_warnings_capped(
 ) -> None:
     import subprocess
 
-    from engine.policy.decision import FOUND_WARNINGS
+    from engine.policy.warncap import FOUND_WARNINGS
 
     work = tmp_path / "w"
     work.mkdir()

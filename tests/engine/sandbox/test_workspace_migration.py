@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from engine.config.loader import load_config_text
-from engine.sandbox.manager import own_workspace
+from engine.sandbox.ownership import own_workspace
 from engine.sandbox.settings import layout, resolve_settings
 
 

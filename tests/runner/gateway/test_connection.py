@@ -25,7 +25,8 @@ from engine.protocol.frames import (
     read_token,
     socket_path,
 )
-from runner.gateway.server import GatewayBusy, GatewayServer
+from runner.gateway.pidlock import GatewayBusy
+from runner.gateway.server import GatewayServer
 from tests.helpers.gateway import REPO, connect, gateway, wait_until
 from tests.helpers.peers import hello, raw, still_works
 

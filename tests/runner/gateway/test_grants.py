@@ -208,7 +208,8 @@ def test_a_grant_named_by_a_decision_is_made_once_and_never_again_once_spent(tmp
 async def test_a_limited_allow_always_journals_its_grant_id_before_the_grant_is_made(tmp_path: Path) -> None:
     """The id is chosen with the decision (ApprovalManager.resolve), so the decision's journal line, on disk
     before anyone acts on it, already names the grant that will be made."""
-    from engine.approvals.pending import ApprovalManager, ApprovalRequest
+    from engine.approvals.pending import ApprovalManager
+    from engine.approvals.request import ApprovalRequest
 
     manager = ApprovalManager()
     record, _ = manager.register(ApprovalRequest(command="ls", cwd="/"))
