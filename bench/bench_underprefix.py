@@ -56,10 +56,8 @@ def main() -> None:
 
         lay = functools.partial(homelayer.layers, str(home), system=True)
         out = functools.partial(homelayer.outside_layers, fixed, layers, [str(home), *points])
-        assert timed(prefixes, lay) and homelayer.layers(str(home), system=True) == layers
-        homelayer._Under = _EachInTurn  # type: ignore[misc]
-        assert homelayer.layers(str(home), system=True) == layers and out() == list(out())
-        homelayer._Under = prefixes  # type: ignore[misc]
+        # (the same answers: tests/engine/commands/test_homelayer.py's property test; not compared here,
+        # where other processes' mounts come and go between two calls)
         res = interleaved(
             {
                 "layers": functools.partial(timed, prefixes, lay),
