@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from engine.commands import bindsource
 
@@ -133,10 +133,11 @@ def layers(
     roots = [*kept, *tops]
 
     def below_of(tops: list[str]) -> set[str]:  # the mounts below `tops`, each a layer of its own
+        under = _Under(tops)
         return {
             p
             for p in points
-            if any(_inside(p, k) and p != k for k in tops)
+            if any(k != p for k in under.holders(p))
             and p not in rw
             and p not in inert
             and not any(_inside(p, s) for s in skipped)
@@ -306,6 +307,28 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+class _Under:
+    """Which of `roots` hold a path (`_inside(path, root)`), found by the path's own prefixes, a dict
+    lookup each (as many as its depth), rather than by trying every root in turn: `roots` is every host
+    mount point (~150), asked for each mount point and each fixed dir, per view, per run."""
+
+    def __init__(self, roots: Iterable[str]) -> None:
+        self._exact = set(roots)
+        self._by: dict[str, list[str]] = {}
+        for root in self._exact:
+            self._by.setdefault(root.rstrip(os.sep), []).append(root)
+
+    def holders(self, path: str) -> Iterator[str]:
+        """Every root `path` is inside (once or twice: a root ending in a separator may match both ways)."""
+        if path in self._exact:
+            yield path
+        # path.startswith(root.rstrip(sep) + sep) <=> root.rstrip(sep) is path[:i] with path[i] a separator
+        i = path.find(os.sep)
+        while i != -1:
+            yield from self._by.get(path[:i], ())
+            i = path.find(os.sep, i + 1)
+
+
 def _shared(path: str) -> bool:
     """World-writable (/tmp, a shared drop dir): no view keeps it read-only without taking it from every
     run."""
@@ -360,10 +383,10 @@ def outside_layers(dirs: Iterable[str], layers: Iterable[str], holders: Iterable
     (a writable root, a private dir, a cover, any host mount) strictly below its innermost layer: that is
     put back over the layer as it is, possibly writable, so the bind stays."""
     layered = sorted(set(layers), key=lambda p: -p.count(os.sep))
-    held = set(holders)
+    held = _Under(holders)
     out: list[str] = []
     for d in dirs:
         layer = next((lay for lay in layered if _inside(d, lay)), None)
-        if layer is None or any(h != layer and _inside(h, layer) and _inside(d, h) for h in held):
+        if layer is None or any(h != layer and _inside(h, layer) for h in held.holders(d)):
             out.append(d)
     return out

@@ -9,7 +9,10 @@ import json
 import os
 import socket
 import struct
+import threading
 from collections.abc import Mapping
+
+from engine.commands import mountwatch
 
 # Where the engines keep their state by default, the image's, container's and sandbox's records alike:
 # Docker's data-root and exec-root (its containerd's root and state, its runc's, its plugins' and netns'
@@ -50,6 +53,17 @@ def state_dirs(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     directory holding it."""
     env = os.environ if environ is None else environ
     home = os.path.realpath(env.get("HOME") or os.path.expanduser("~"))
+    found = by_name(env, home)
+    for alias in _other_names(found):
+        if alias in (os.sep, home) or (home + os.sep).startswith(alias + os.sep) or alias in found:
+            continue
+        found.append(alias)
+    return tuple(sorted(found))
+
+
+def by_name(env: Mapping[str, str], home: str) -> list[str]:
+    """The present dirs of KNOWN and the local engine's roots, by their names (resolved), per call: a dir
+    made, removed or renamed, or a daemon restarted with another data-root, is seen at the next run."""
     named = [p.replace("~", home, 1) if p.startswith("~") else p for p in KNOWN]
     named += _docker_daemon_roots(env)
     found: list[str] = []
@@ -60,14 +74,54 @@ def state_dirs(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
         if real in (os.sep, home) or (home + os.sep).startswith(real + os.sep) or real in found:
             continue
         found.append(real)
-    for alias in _other_names(found):
-        if alias in (os.sep, home) or (home + os.sep).startswith(alias + os.sep) or alias in found:
-            continue
-        found.append(alias)
-    return tuple(sorted(found))
+    return found
 
 
 MOUNTINFO = "/proc/self/mountinfo"
+
+# (dev, inode) a name resolved to, or None when it did not resolve to anything
+Ident = tuple[int, int] | None
+
+
+class _Aliases:
+    """`_other_names` kept until what it was computed from changes, so a host run does not pay the
+    kernel's writing of the whole mount table (~0.5 ms) each time. It was computed from two things:
+    the mount table's structure, which changes only with a mount event (engine.commands.mountwatch: the
+    kernel says so on the fd), and the names the table gives (mount points, mount roots), which a rename
+    changes with no mount event (a mount point's parent renamed, a bind's source dir moved). So each
+    entry keeps every name it resolved and what it found there (`_ident`: device and inode, or nothing),
+    and is trusted only while each still resolves to the same: every engine dir, every mount point of
+    their filesystems, every name an alias was looked for at, and each such mount's root as another of
+    them shows it. A rename anywhere along one of those names moves what it resolves to."""
+
+    def __init__(self) -> None:
+        self._watch = mountwatch.MountWatch()
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, ...], tuple[list[str], dict[str, Ident]]] = {}
+        self.fills = 0  # (how many times the table was read and the names computed: for the tests)
+
+    def get(self, dirs: list[str]) -> list[str]:
+        with self._lock:
+            if self._watch.changed():
+                self._entries.clear()
+            key = tuple(dirs)
+            entry = self._entries.get(key)
+            if entry is not None and all(_ident(name) == seen for name, seen in entry[1].items()):
+                return list(entry[0])
+            seen: dict[str, Ident] = {}
+            names = _compute_other_names(dirs, _mounts(), seen)
+            self.fills += 1
+            if len(self._entries) > 16:  # (a handful of homes at most: never grows without bound)
+                self._entries.clear()
+            self._entries[key] = (names, seen)
+            return list(names)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_ALIASES = _Aliases()
 
 
 def _other_names(dirs: list[str]) -> list[str]:
@@ -75,26 +129,39 @@ def _other_names(dirs: list[str]) -> list[str]:
     filesystem whose root is in such a tree (Docker's disk bound under an operator's name) or holds it
     (/data/docker bound at /var/lib/docker leaves /data/docker, the same files, on the root mount). By the
     mounts' device and root, not by any name: whatever path a bind gives the engine's records, it is
-    covered as the known name is. A name missing or no longer a directory is left out."""
-    mounts = _mounts()
+    covered as the known name is. A name missing or no longer a directory is left out. Kept while the
+    mount table and every name it was found by stay the same (`_Aliases`)."""
+    return _ALIASES.get(dirs)
+
+
+def _compute_other_names(
+    dirs: list[str], mounts: list[tuple[str, str, str]], seen: dict[str, Ident]
+) -> list[str]:
+    """`_other_names` from `mounts`, recording in `seen` every name it resolved (and what it found)."""
     out: list[str] = []
     for path in dirs:
+        _ident(path, seen)
         own = _mount_of(path, mounts)
         if own is None:
             continue
         dev, root, point = own
         tail = os.path.relpath(path, point)
         fsroot = os.path.normpath(os.path.join(root, tail)) if tail != "." else root
-        for m_dev, m_root, m_point in mounts:
-            if m_dev != dev or _inside(m_point, path):
+        same_fs = [m for m in mounts if m[0] == dev]
+        for _, m_root, m_point in same_fs:
+            _ident(m_point, seen)  # (its parent renamed: the point's name changes, no mount event)
+            for _, o_root, o_point in same_fs:  # (its root moved by a rename where another shows it)
+                if o_point != m_point and _inside(m_root, o_root):
+                    _ident(os.path.normpath(os.path.join(o_point, os.path.relpath(m_root, o_root))), seen)
+            if _inside(m_point, path):
                 continue
             if _inside(m_root, fsroot):  # (the bind shows part or all of the tree)
                 shown = os.path.normpath(os.path.join(path, os.path.relpath(m_root, fsroot)))
-                if _same_dir(m_point, shown):  # (and is what is seen there: not mounted over)
+                if _same_dir(m_point, shown, seen):  # (and is what is seen there: not mounted over)
                     out.append(m_point)
             elif _inside(fsroot, m_root):  # (the bind holds the tree, under its own name)
                 alias = os.path.normpath(os.path.join(m_point, os.path.relpath(fsroot, m_root)))
-                if alias != path and _same_dir(alias, path):
+                if alias != path and _same_dir(alias, path, seen):
                     out.append(alias)
     return out
 
@@ -127,12 +194,22 @@ def _inside(path: str, top: str) -> bool:
     return top == os.sep or path == top or path.startswith(top + os.sep)
 
 
-def _same_dir(a: str, b: str) -> bool:
+def _same_dir(a: str, b: str, seen: dict[str, Ident] | None = None) -> bool:
+    ia, ib = _ident(a, seen), _ident(b, seen)
+    return ia is not None and ia == ib
+
+
+def _ident(path: str, seen: dict[str, Ident] | None = None) -> Ident:
+    """(device, inode) of what `path` resolves to (None: nothing), recorded in `seen` when given."""
     try:
-        sa, sb = os.stat(a), os.stat(b)
-    except OSError:
-        return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+        st = os.stat(path)
+    except (OSError, ValueError):
+        found: Ident = None
+    else:
+        found = (st.st_dev, st.st_ino)
+    if seen is not None:
+        seen[path] = found
+    return found
 
 
 def _unescape(field: str) -> str:

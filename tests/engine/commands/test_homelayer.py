@@ -523,3 +523,24 @@ def test_as_a_non_root_user_every_tree_is_layered_around_the_hosts_locked_mounts
         server.close()
         shutil.rmtree(spot)
         shutil.rmtree(root)
+
+
+def test_the_roots_holding_a_path_are_found_by_its_prefixes_as_by_trying_each() -> None:
+    """homelayer._Under answers `_inside(path, root)` for every root by the path's prefixes: the same roots
+    as trying each in turn, for roots and paths with `/`, trailing separators, doubled ones, alike names
+    (/a, /ab, /a/b), relative ones and the empty string."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from engine.commands import homelayer
+
+    names = st.lists(st.sampled_from(["a", "ab", "b", ""]), max_size=4).map("/".join)
+    paths = st.one_of(names, names.map(lambda p: "/" + p), names.map(lambda p: "/" + p + "/"))
+
+    @settings(max_examples=400, derandomize=True, deadline=None)
+    @given(st.lists(paths, max_size=8), paths)
+    def same(roots: list[str], path: str) -> None:
+        expected = {r for r in roots if homelayer._inside(path, r)}
+        assert set(homelayer._Under(roots).holders(path)) == expected
+
+    same()
