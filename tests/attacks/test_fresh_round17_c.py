@@ -248,13 +248,6 @@ async def _pending(operator: Any) -> list[dict[str, Any]]:
     return list(got.get("approvals") or [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold config.toml and exec-approvals.json "
-    "(OPERATOR_MADE) whoever wrote them: a host run (this account's uid) that plants a config in a dir "
-    "it may write decides the policy of the gateway the operator later starts there (refusing them broke "
-    "the node's stateDir flow: a config written before the first start)",
-)
 async def test_class4_an_unrecorded_state_dir_holding_a_config_a_host_run_planted_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,12 +333,6 @@ async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_ta
         return  # refused at start: a dir another account may write never holds the agents' socket
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold exec-approvals.json whoever wrote it: a host "
-    "run that plants an allowlist where the operator later starts a gateway (with a config of their "
-    "own) has its commands run unasked there",
-)
 async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
