@@ -37,7 +37,7 @@ from engine.config.egress import MAX_CONNECTIONS, EgressPolicy, Pattern, approva
 from engine.config.model import Config
 from engine.protocol.methods import EventName, Topic
 from engine.sandbox import default_manager
-from engine.sandbox.egress import forwarder
+from engine.sandbox.egress import forwarder, heldcopy
 from engine.sandbox.egress.log import EgressLog, encode
 from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
 from engine.sandbox.settings import is_shared, split_namespace
@@ -218,7 +218,9 @@ class EgressHub:
         name = hostnet.egress_name(agent_id, authority)
         try:
             directory = forwarder.prepare_dir(name)
-            binary = forwarder.ensure_binary()
+            # The gateway's own build, run from its fd: never sandbox-bin's file, which whoever writes
+            # the state dir writes, stamp and all (engine.sandbox.egress.heldcopy).
+            held = heldcopy.held_fd()
         except (OSError, forwarder.ForwarderUnavailable) as exc:
             log.warning("egress: host runs of %s have no way out: %s", agent_id, exc)
             return None
@@ -236,7 +238,9 @@ class EgressHub:
                 log.warning("egress: host runs of %s not served: %s", agent_id, exc)
                 return None
         socket = str(directory / forwarder.SOCKET_NAME)
-        return hostnet.Egress(str(binary), forwarder.PORT, socket, dict(forwarder.PROXY_ENV))
+        return hostnet.Egress(
+            heldcopy.exec_path(held), forwarder.PORT, socket, dict(forwarder.PROXY_ENV), fd=held
+        )
 
     # -- decisions
 

@@ -248,21 +248,33 @@ def _judge_secrets(
 
 class StateDirRefusedError(Exception):
     """A state dir this service may not trust: another account may write it or a dir above it, or it is
-    an existing one no gateway of this account recorded that holds more than the operator's config, or
-    sits where others write (whoever made it chose what is in it)."""
+    an existing one no gateway of this account recorded (nor the operator claimed) that holds anything,
+    or sits where others write (whoever made it chose what is in it)."""
 
 
-# What the operator writes in a state dir before its first start (its config, its allowlist): all an
-# unrecorded one may hold. An allow-list, not a list of what a gateway makes: any other name (a helper, an
-# override, a socket, a token) is content someone else may have chosen (fresh round 16 a).
-OPERATOR_MADE = frozenset({"config.toml", "exec-approvals.json", "exec-approvals.json.lock"})
+CLAIM_VERB = "exechost state claim"  # the operator's explicit word for an unrecorded dir holding files
 
 
 def claim(home: str, state: str) -> None:
     """The operator's own exechost command about to write `state` (a CLI verb before the first gateway
-    start: `agents add`): record it when adopt would, never refuse (a gateway's start does)."""
+    start: `agents add`): record it when adopt would (new or empty), never refuse (a gateway's start does)."""
     with contextlib.suppress(StateDirRefusedError):
         adopt(home, state, {})
+
+
+def claim_state(home: str, state: str) -> str:
+    """`exechost state claim DIR`: the operator says an unrecorded state dir, whatever it holds, is theirs
+    (they wrote its config before its first start, or inspected it). Judged by who may write it as every
+    state dir is, then recorded; returns the real path. A host run cannot say it: the record is in the
+    home, read-only in every view (a run that names another home records where no gateway reads)."""
+    real = os.path.realpath(state)
+    why = judge(real)
+    if why:
+        raise StateDirRefusedError(f"{state}: another account may write this state dir ({why})")
+    if not os.path.isdir(real):
+        raise StateDirRefusedError(f"{state}: not a directory")
+    record(home, real)
+    return real
 
 
 def judge(state: str, *, uid: int | None = None) -> str:
@@ -317,14 +329,15 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
     by the caller), refused if a link has taken a place on it since. First by who may write it (judge):
     no other account may, it or any dir above. Then, for an existing dir no gateway of this account
     recorded (this account's host runs write what it writes, the home's hostWritable dirs too): it must
-    hold nothing but the operator's config (OPERATOR_MADE) and not sit in a dir others may write (a
-    sticky one: whoever may write there may have made it). Open (fresh round 17 c, strict xfails): a host
-    run is this account, so a planted `config.toml` or `exec-approvals.json` in such a dir is taken as the
-    operator's; refusing both broke the node's `stateDir` flow (a config written before the first start)
-    and was left for a construction that records what the operator writes. The operator's CLI records a
-    dir before it writes there (claim), the home's top level needs no record, and the operator may name
-    any other once in $EXECHOST_TRUST_STATE_DIR (never passed to a daemon: engine.protocol.daemonenv).
-    Otherwise StateDirRefusedError, naming the dir and why."""
+    be empty (or missing) and not sit in a dir others may write (a sticky one: whoever may write there
+    may have made it). Not even a `config.toml` or `exec-approvals.json`: a host run is this account, so
+    a file of this uid says nothing of who wrote it, and a planted one was the policy of the gateway
+    started there (fresh round 17 c). What the operator writes is recorded first instead: the operator's
+    CLI records a new dir before it writes there (claim), `exechost state claim DIR` records one the
+    operator filled by hand (a node's `stateDir` on the node: claim_state), the home's top level needs no
+    record, and $EXECHOST_TRUST_STATE_DIR names one for one start (never passed to a daemon:
+    engine.protocol.daemonenv). Otherwise StateDirRefusedError, naming the dir, what it holds and the
+    command that claims it."""
     env = os.environ if environ is None else environ
     real = os.path.realpath(state)
     if resolved and real != os.path.abspath(state):
@@ -351,7 +364,7 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
         names = os.listdir(real)
         if os.stat(os.path.dirname(real)).st_mode & 0o022:
             names.append("")  # present in a dir others may write: whoever may write there may have made it
-    held = sorted(set(names) - OPERATOR_MADE)
+    held = sorted(set(names))
     if held:
         where = (
             f"holds {', '.join(n for n in held[:6] if n)}{', ...' if len(held) > 6 else ''}"
@@ -361,8 +374,8 @@ def adopt(home: str, state: str, environ: dict[str, str] | None = None, *, resol
         raise StateDirRefusedError(
             f"{state}: this existing state dir {where}, and no gateway of this account recorded it "
             f"(in ~/{NAME}): whoever made it, a host command among them, chose what is in it. Inspect "
-            f"it and remove it (a gateway makes it anew), or, if it is yours, start once with "
-            f"{TRUST_ENV}={state}"
+            f"it: if you wrote it (a config before the first start), run `{CLAIM_VERB} {state}` once as "
+            f"this account; otherwise remove it (a gateway makes it anew)"
         )
     record(home, real)
     return real

@@ -50,6 +50,7 @@ class Egress:
     port: int
     socket: str
     env: dict[str, str] = field(default_factory=dict)
+    fd: int = -1  # the forwarder's fd when `forwarder` names it (/proc/self/fd/N): passed to netkeep as N
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ def _start(agent: str, helper: str, authority: Authority | None) -> Holder | Non
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # no terminal's signal and no group kill of ours reaches it
         cwd="/",
+        pass_fds=(way_out.fd,) if way_out is not None and way_out.fd >= 0 else (),
     )
     taken = nsholder.take(popen, "net")
     if taken is None:

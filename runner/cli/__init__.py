@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.cli.node",
     "runner.cli.nodes",
     "runner.cli.agents",
+    "runner.cli.state",
 )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
+from engine.commands import gatewaydirs
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, RemoteError, read_token
 from tests.attacks.harness import attempt
 from tests.helpers.daemon import Daemon
@@ -59,6 +60,9 @@ def _serve_from(node: SshdNode, state: Path) -> None:
     node operator's `/srv/exechost-node` (the fixture's is in the node's own root, beside the gateway's
     ssh key, which host views keep read-only)."""
     state.mkdir(mode=0o700)
+    # the node's operator claims it before writing its config there (`exechost state claim`, on the node,
+    # as the node's account: recorded in that account's home, the node's root here)
+    gatewaydirs.claim_state(str(node.root), str(state))
     node.stop()
     node.state_dir = state
     node.start()

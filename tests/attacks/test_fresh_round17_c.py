@@ -248,13 +248,6 @@ async def _pending(operator: Any) -> list[dict[str, Any]]:
     return list(got.get("approvals") or [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold config.toml and exec-approvals.json "
-    "(OPERATOR_MADE) whoever wrote them: a host run (this account's uid) that plants a config in a dir "
-    "it may write decides the policy of the gateway the operator later starts there (refusing them broke "
-    "the node's stateDir flow: a config written before the first start)",
-)
 async def test_class4_an_unrecorded_state_dir_holding_a_config_a_host_run_planted_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,12 +333,6 @@ async def test_class1_the_agents_socket_under_a_dir_another_account_writes_is_ta
         return  # refused at start: a dir another account may write never holds the agents' socket
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: adopt() lets an unrecorded state dir hold exec-approvals.json whoever wrote it: a host "
-    "run that plants an allowlist where the operator later starts a gateway (with a config of their "
-    "own) has its commands run unasked there",
-)
 async def test_class4_an_allowlist_a_host_run_planted_in_an_unrecorded_state_dir_is_adopted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -490,22 +477,15 @@ async def test_class1_a_gateway_of_this_account_under_another_home_is_not_covere
     assert token not in got["text"], "a host run read the other gateway's operator token"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the stated limit (a gateway under another HOME is not covered) is code outside every "
-    "view: a second gateway of this account recorded under another HOME is not covered in the "
-    "first's views; when its state dir is in one of the first's hostWritable dirs, a host run "
-    "plants sandbox-bin/egress-forward with the stamp that vouches for it, and the second gateway "
-    "runs it as its own uid, outside any view, at its next host run.",
-)
 async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_every_view(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Gateway B (a service with a HOME of its own) keeps its state dir in a project dir that gateway A's
     agent may write (A's `hostWritable`). B's record is in B's home, so A's views show the dir as it is,
     writable. A's agent writes B's forwarder and its stamp (the digest of the public source). B's next
-    host run starts its agent's network namespace, whose forwarder is that file: it runs as the gateway's
-    uid in the host's mount namespace, outside every view."""
+    host run starts its agent's network namespace, whose forwarder was that file: it ran as the gateway's
+    uid in the host's mount namespace, outside every view. Now the forwarder started there is the
+    gateway's own build, from its memfd, whatever sandbox-bin holds."""
     root = state_dir.parent
     project = root / "proj"
     project.mkdir(mode=0o700)
@@ -548,8 +528,25 @@ async def test_class6_a_helper_planted_in_an_uncovered_state_dir_runs_outside_ev
                 await client.request("exec", {"command": "true", "workdir": str(root)})
             finally:
                 await client.close()
-            await wait_until(marker.exists)
-    assert marker.read_text().strip() != str(os.geteuid()), "A's agent's program ran as B, outside views"
+            started = await wait_until(lambda: forwarders_of(other_state))
+            programs = [os.readlink(f"/proc/{pid}/exe") for pid in started]
+    assert not marker.exists(), "A's agent's program ran as B, outside views"
+    assert all(p.startswith(f"/memfd:{forwarder.NAME}") for p in programs), programs
+
+
+def forwarders_of(state: Path) -> list[int]:
+    """The forwarders the netkeep holders of `state`'s host runs started (their children), by pid."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"netkeep" not in words or not any(w.startswith(str(state).encode()) for w in words):
+                continue
+            children = (entry / "task" / entry.name / "children").read_text().split()
+        except (OSError, ValueError):
+            continue
+        found += [int(c) for c in children]
+    return found
 
 
 @needs_root

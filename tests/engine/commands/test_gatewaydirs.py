@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -101,12 +102,20 @@ def test_a_state_dir_outside_the_home_is_adopted_only_when_made_recorded_or_trus
     new, empty, configured, planted = (tmp_path / n for n in ("new", "empty", "configured", "planted"))
     empty.mkdir()
     configured.mkdir()
-    (configured / "config.toml").write_text("")  # the operator's input, written before the first start
+    # a config written before the first start: a host run may have written it (fresh round 17 c)
+    (configured / "config.toml").write_text("")
     planted.mkdir(mode=0o700)
     (planted / "operator.json").write_text('{"token": "chosen"}')
-    for ok in (new, empty, configured):  # nothing of a gateway's in it to trust: made the gateway's
+    for ok in (new, empty):  # nothing in it to trust: made the gateway's
         gatewaydirs.adopt(str(home), str(ok), {})
-    assert set(gatewaydirs.recorded(str(home))) == {str(new), str(empty), str(configured)}
+    assert set(gatewaydirs.recorded(str(home))) == {str(new), str(empty)}
+    claim = rf"configured.*holds config\.toml.*`exechost state claim {re.escape(str(configured))}`"
+    with pytest.raises(gatewaydirs.StateDirRefusedError, match=claim):
+        gatewaydirs.adopt(str(home), str(configured), {})
+    gatewaydirs.claim(str(home), str(configured))  # any CLI verb's implicit claim: records nothing filled
+    assert str(configured) not in gatewaydirs.recorded(str(home))
+    assert gatewaydirs.claim_state(str(home), str(configured)) == str(configured)  # the operator's word
+    gatewaydirs.adopt(str(home), str(configured), {})  # recorded from then on
     with pytest.raises(gatewaydirs.StateDirRefusedError, match=r"planted.*operator\.json.*remove it"):
         gatewaydirs.adopt(str(home), str(planted), {})
     assert str(planted) not in gatewaydirs.recorded(str(home))
@@ -143,7 +152,7 @@ def test_each_gateways_config_secrets_are_every_views_to_hide(tmp_path: Path) ->
 
 def test_a_state_dir_is_judged_by_who_may_write_it_and_above(tmp_path: Path) -> None:
     """StrictModes: the dir itself this account's, no group/other write on it or above it, except a sticky
-    dir above an entry of ours; an unrecorded dir holds only the config, in no dir others may write."""
+    dir above an entry of ours; an unrecorded dir holds nothing, in no dir others may write."""
     home = tmp_path / "h"
     home.mkdir()
     base = tmp_path / "base"
@@ -165,12 +174,12 @@ def test_a_state_dir_is_judged_by_who_may_write_it_and_above(tmp_path: Path) -> 
     with pytest.raises(gatewaydirs.StateDirRefusedError, match="a dir others may write"):
         gatewaydirs.adopt(str(home), str(ours), {})
     (ours / "s").mkdir(mode=0o700)
-    (ours / "s" / "session-overrides.json").write_text("{}")  # any name but the config: refused
-    with pytest.raises(gatewaydirs.StateDirRefusedError, match=r"holds session-overrides\.json"):
-        gatewaydirs.adopt(str(home), str(ours / "s"), {})
-    (ours / "s" / "session-overrides.json").unlink()
-    (ours / "s" / "config.toml").write_text("")
-    gatewaydirs.adopt(str(home), str(ours / "s"), {})
+    for name in ("session-overrides.json", "config.toml", "exec-approvals.json"):  # any name: refused
+        (ours / "s" / name).write_text("{}")
+        with pytest.raises(gatewaydirs.StateDirRefusedError, match=rf"holds {re.escape(name)}"):
+            gatewaydirs.adopt(str(home), str(ours / "s"), {})
+        (ours / "s" / name).unlink()
+    gatewaydirs.adopt(str(home), str(ours / "s"), {})  # empty: made the gateway's
     if os.geteuid() == 0:  # another account's dir, even in a tree of ours
         other = base / "other"
         other.mkdir(mode=0o700)

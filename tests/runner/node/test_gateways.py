@@ -16,7 +16,7 @@ from engine.nodes.wire import NodeEvent, Response
 from engine.sessions import SessionManager
 from runner.node import gateways
 from runner.node.links import Links, Output
-from tests.helpers.gateway import connect, gateway
+from tests.helpers.gateway import connect, gateway, write_config
 from tests.helpers.sshd import SshdNode
 
 GATEWAY_FULL = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
@@ -65,7 +65,7 @@ async def test_two_gateways_share_a_node_without_knocking_each_others_link_down(
     other = state_dir.parent / "b"
     other.mkdir(mode=0o700)
     for state in (state_dir, other):
-        (state / "config.toml").write_text(GATEWAY_FULL + alpha.config_toml())
+        write_config(state, GATEWAY_FULL + alpha.config_toml())  # the operator's CLI claims `other` first
     service = alpha.run_service()
     try:
         async with (
