@@ -47,3 +47,16 @@ if [ ! -x "$helper" ] || [ -n "$(find engine/commands/hostenter -newer "$helper"
   mkdir -p .venv/libexec
   cc -O2 -Wall -o "$helper.tmp" engine/commands/hostenter/*.c && mv "$helper.tmp" "$helper"
 fi
+# The egress forwarder host runs' network namespaces start (engine/sandbox/egress/heldcopy.py), built here
+# once with its source's digest beside it, so no gateway compiles it on its first host run with egress.
+forward=engine/sandbox/egress/forward.c
+fwd=.venv/libexec/exechost-egress-forward
+if [ ! -x "$fwd" ] || [ "$forward" -nt "$fwd" ]; then
+  rm -f "$fwd.sha256"  # a build of another source is never vouched for by an older digest
+  if cc -Os -static -s -o "$fwd.tmp" "$forward"; then
+    mv "$fwd.tmp" "$fwd"
+    sha256sum "$forward" | cut -d' ' -f1 > "$fwd.sha256.tmp" && mv "$fwd.sha256.tmp" "$fwd.sha256"
+  else
+    echo "setup: no static forwarder built; a gateway builds its own at its first host run with egress" >&2
+  fi
+fi
