@@ -252,10 +252,15 @@ async def test_a_rotated_node_key_is_hidden_from_running_host_commands(short: Pa
             # The operator rotates the node's key: a new file renamed into place.
             (keys / "new").write_text("NEW-KEY-SECRET\n")
             os.replace(keys / "new", key)
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            os.write(fd, b"go\n")
-            os.close(fd)
-            seen += await _poll_until_exit(client, sid)
+            # READY is printed before the shell opens the FIFO: a write-only non-blocking open could come
+            # first and fail (ENXIO). Opened read-write it needs no reader; held open until the run ends so
+            # the line stays in the pipe for the `read` whenever it opens it.
+            fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+            try:
+                os.write(fd, b"go\n")
+                seen += await _poll_until_exit(client, sid)
+            finally:
+                os.close(fd)
         finally:
             await client.close()
     assert "NEW-KEY-SECRET" not in seen, seen

@@ -17,17 +17,14 @@ import pytest
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
 from tests.helpers.gateway import ALLOWLIST, write_config
+from tests.helpers.tmux import TmuxServer
 
 pytestmark = [pytest.mark.tmux, pytest.mark.slow]
 
 EXECHOST = str(Path(sys.executable).parent / "exechost")
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
-
-
-def wait_for_screen(session: str, needle: str, timeout: float = 20.0) -> str:
+def wait_for_screen(tmux: TmuxServer, session: str, needle: str, timeout: float = 20.0) -> str:
     deadline = time.monotonic() + timeout
     screen = ""
     while time.monotonic() < deadline:
@@ -39,7 +36,8 @@ def wait_for_screen(session: str, needle: str, timeout: float = 20.0) -> str:
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
-def test_console_in_tmux_approves_and_shows_output(state_dir: Path) -> None:
+def test_console_in_tmux_approves_and_shows_output(state_dir: Path, tmux_server: TmuxServer) -> None:
+    tmux = tmux_server
     write_config(state_dir, ALLOWLIST)
     session = f"ehc-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "TERM": "xterm-256color"}
@@ -60,7 +58,7 @@ def test_console_in_tmux_approves_and_shows_output(state_dir: Path) -> None:
     )
     agent: subprocess.Popen[str] | None = None
     try:
-        wait_for_screen(session, "gateway pid")
+        wait_for_screen(tmux, session, "gateway pid")
         agent = subprocess.Popen(
             [EXECHOST, "exec", "--background", "--", "printf 'e2e-%s\\n' approved-output"],
             env=env,
@@ -68,20 +66,20 @@ def test_console_in_tmux_approves_and_shows_output(state_dir: Path) -> None:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        wait_for_screen(session, "Approvals (1)")
-        wait_for_screen(session, "printf")  # the row is painted a frame after the count
-        wait_for_screen(session, "✗ miss")  # the detail marks the segment that missed the allowlist
+        wait_for_screen(tmux, session, "Approvals (1)")
+        wait_for_screen(tmux, session, "printf")  # the row is painted a frame after the count
+        wait_for_screen(tmux, session, "✗ miss")  # the detail marks the segment that missed the allowlist
         tmux("send-keys", "-t", session, "a")
         out, _ = agent.communicate(timeout=20)
         assert agent.returncode == 0, out
-        wait_for_screen(session, "Approvals (0)")
+        wait_for_screen(tmux, session, "Approvals (0)")
         tmux("send-keys", "-t", session, "2")
-        wait_for_screen(session, "e2e-approved-output")
+        wait_for_screen(tmux, session, "e2e-approved-output")
         tmux("send-keys", "-t", session, "q")
     finally:
         if agent is not None and agent.poll() is None:
             agent.kill()
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run(tmux.argv("kill-session", "-t", session), capture_output=True)
         asyncio.run(_shutdown(state_dir))
 
 
