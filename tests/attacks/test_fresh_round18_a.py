@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.commands import rootcaps
 from engine.sandbox import docker_ops, hostcpu
 from tests.attacks.harness import attempt
 
@@ -57,16 +58,9 @@ def no_containers_left(state_dir: Path) -> Iterator[None]:
 PY = "/usr/bin/python3"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (the limit docs/SECURITY.md states for a root gateway: its runs keep root's capabilities): "
-    "CAP_SYS_ADMIN and no `umount` refusal let a root gateway's host run detach the empty tmpfs over the "
-    "state dir (`umount -l <state>`) and read the gateway's own files (its config, its socket, any token "
-    "in it); round 17's construction dropped CAP_SETFCAP and CAP_MKNOD only. Closing the class: a short "
-    "list of the capabilities a root run keeps (CAP_SYS_ADMIN not among them), not a list dropped",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
 async def test_class1_a_root_host_run_unmounts_the_state_dirs_cover(state_dir: Path) -> None:
+    """Held: a root gateway's run keeps only engine.commands.rootcaps' list (no CAP_SYS_ADMIN to umount)."""
     (state_dir / "operator-token").write_text("TOKEN-OF-THE-OPERATOR\n")
     os.chmod(state_dir / "operator-token", 0o600)
     script = f"umount -l {state_dir} 2>/dev/null; cat {state_dir}/operator-token 2>/dev/null; echo done"
@@ -99,23 +93,35 @@ _MACHINE_WIDE = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a root gateway's host run is in the host's UTS namespace (enter unshares mount, PID and "
-    "IPC only) with CAP_SYS_ADMIN and CAP_SYS_TIME, and its seccomp filter refuses neither sethostname nor "
-    "settimeofday/clock_settime (Docker's profile refuses the clock's): an agent's run renames the "
-    "machine or sets its clock (grants' expiry, TLS, every log's times). "
-    "Closing the class: a UTS namespace of its own, and the capabilities a root run keeps listed",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs /usr/bin/python3")
 @pytest.mark.parametrize("what", sorted(_MACHINE_WIDE))
 async def test_class1_a_root_host_run_acts_on_the_whole_machine(state_dir: Path, what: str) -> None:
+    """Held: a UTS namespace of its own, no CAP_SYS_ADMIN nor CAP_SYS_TIME, and the host filter refuses
+    settimeofday and clock_settime (a second layer)."""
     probe = state_dir.parent / "probe.py"
     probe.write_text(_MACHINE_WIDE[what])
     details = await attempt(state_dir, f"{PY} {probe}", config=FULL)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+async def test_class1_a_root_host_runs_capabilities_are_the_listed_ones(state_dir: Path) -> None:
+    """The variant by any capability (CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_NET_ADMIN, CAP_BPF, one the kernel
+    adds later): the run's bounding set is the kept list exactly, no other set holds more, none ambient; and
+    its UTS namespace is not the host's."""
+    details = await attempt(state_dir, "grep ^Cap /proc/self/status; readlink /proc/self/ns/uts", config=FULL)
+    assert details["status"] == "completed", details["_text"]
+    lines = details["_text"].splitlines()
+    sets = {k: int(v.strip(), 16) for k, v in (ln.split(":", 1) for ln in lines if ln.startswith("Cap"))}
+    assert {"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"} <= set(sets), details["_text"]
+    kept = rootcaps.kept_bits()
+    for name in ("CapBnd", "CapEff", "CapPrm", "CapInh"):
+        assert sets[name] & ~kept == 0, f"{name} {sets[name]:x}"
+    assert sets["CapAmb"] == 0
+    assert sets["CapEff"] & (1 << 0), "a root run still chowns (CAP_CHOWN kept)"
+    assert os.readlink("/proc/self/ns/uts") not in details["_text"], details["_text"]
 
 
 # Opens an eighth of the host's open-file table (fs.file-max, one count for the whole machine) and holds it:
