@@ -69,6 +69,22 @@ async def test_class1_a_root_host_run_unmounts_the_state_dirs_cover(state_dir: P
     assert "TOKEN-OF-THE-OPERATOR" not in details["_text"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="the variant runs util-linux unshare")
+async def test_class1_a_root_host_runs_own_user_namespace_does_not_lift_the_cover(state_dir: Path) -> None:
+    """The variant by a user namespace of the run's own (the filter leaves `unshare` to host runs): every
+    capability there, but the view's mounts are locked in it (the kernel refuses their unmount: EINVAL),
+    and a map of uid 0 needs CAP_SETFCAP, which the run does not keep."""
+    (state_dir / "operator-token").write_text("TOKEN-OF-THE-OPERATOR\n")
+    os.chmod(state_dir / "operator-token", 0o600)
+    inner = f"umount -l {state_dir}; cat {state_dir}/operator-token"
+    script = f"unshare -Um sh -c '{inner}' 2>&1; unshare -Urm sh -c '{inner}' 2>&1; echo done"
+    details = await attempt(state_dir, script, config=FULL)
+    assert details["status"] == "completed", details
+    assert "done" in details["_text"], details["_text"]
+    assert "TOKEN-OF-THE-OPERATOR" not in details["_text"], details["_text"]
+
+
 _MACHINE_WIDE = {
     # sethostname to the name the host already has: no change, but the call succeeds only with
     # CAP_SYS_ADMIN over the UTS namespace the run shares with the host (the run's own readlink says so)
