@@ -85,6 +85,23 @@ async def test_class1_a_root_host_runs_own_user_namespace_does_not_lift_the_cove
     assert "TOKEN-OF-THE-OPERATOR" not in details["_text"], details["_text"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="the run uses util-linux setpriv")
+async def test_a_root_host_run_still_does_a_root_users_ordinary_work(state_dir: Path) -> None:
+    """What the kept list is for: chown to another account, chmod of its file, and a drop to that account
+    (setpriv, as su and a package manager's sandbox user do) still work in a root gateway's host run."""
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o755)
+    script = (
+        "touch f && chown 65534:65534 f && chmod 0640 f && stat -c '%u %a' f && "
+        "setpriv --reuid=65534 --regid=65534 --clear-groups id -u"
+    )
+    config = FULL + f'hostWritable = ["{work}"]\n'
+    details = await attempt(state_dir, script, config=config, workdir=str(work))
+    assert details["status"] == "completed", details
+    assert "65534 640\n65534" in details["_text"], details["_text"]
+
+
 _MACHINE_WIDE = {
     # sethostname to the name the host already has: no change, but the call succeeds only with
     # CAP_SYS_ADMIN over the UTS namespace the run shares with the host (the run's own readlink says so)
