@@ -47,6 +47,7 @@ from engine.commands import (
     hostnet,
     hostprivate,
     otherroots,
+    rootcaps,
 )
 from engine.commands.hostoutside import (
     NOTHING_OUTSIDE,
@@ -92,19 +93,21 @@ IGNORE = f"--ignore-signal={_TERMINAL}"
 RESTORE = f"--default-signal={_TERMINAL}"
 # Every run's own PID namespace and /proc, and its own IPC namespace: SysV shared memory, semaphores and
 # message queues are in no directory a view can cover, and one agent's segment was every run's to attach
-# (fresh round 10 a). The kept view's runs get theirs from exechost-hostenter.
+# (fresh round 10 a); and its own UTS namespace: the host's name is the machine's (fresh round 18 a). The
+# kept view's runs get theirs from exechost-hostenter.
 # The run's /dev: bwrap's own (null, zero, full, random, urandom, tty; /dev/fd and the std links; a
 # shm dir, its agent's own bound there by hostprivate), then the devpts the run was given (exechost-
 # hostenter's: capped, its own) bound back over bwrap's. What is allowed, not a list of what is refused:
 # the host's devtmpfs held every node the gateway's account opens by a group or a seat ACL (kvm, disk,
 # video, audio, the webcam, a FIDO key), each an allowlisted `cat`'s (fresh round 13 b).
 DEV_OPS = ("--dev", "/dev", "--dev-bind", "/dev/pts", "/dev/pts")
-PID_OPS = ("--unshare-pid", "--unshare-ipc", "--proc", "/proc")
+PID_OPS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--proc", "/proc")
 # A root gateway's run with no helper, as exechost-hostenter makes it otherwise (fresh round 17 a): /proc/sys
 # read-only whatever access() says (bwrap's --proc skips it: procfs answers EACCES for that directory even
-# to root, whose sysctls under it are writable), and no CAP_SETFCAP nor CAP_MKNOD (no file capability, no
-# device node left on the host). A non-root gateway's runs hold no capability and write no host sysctl.
-ROOT_OPS = ("--ro-bind", "/proc/sys", "/proc/sys", "--cap-drop", "CAP_SETFCAP", "--cap-drop", "CAP_MKNOD")
+# to root, whose sysctls under it are writable), and only the capabilities engine.commands.rootcaps lists
+# (fresh round 18 a: no CAP_SYS_ADMIN to unmount a cover, no CAP_SYS_TIME, no CAP_SETFCAP nor CAP_MKNOD).
+# A non-root gateway's runs hold no capability and write no host sysctl.
+ROOT_OPS = ("--ro-bind", "/proc/sys", "/proc/sys", *rootcaps.bwrap_ops())
 # A wrapped run with no status pipe whose command died of one of these is reported as that signal (bwrap
 # says 128+n); with one, the command's own status is read (engine.sessions.host_io, the same words).
 _REPORTED = (signal.SIGINT, signal.SIGQUIT)
@@ -626,7 +629,8 @@ def pid_ops() -> tuple[str, ...]:
     """PID_OPS for a run's own bwrap: with the helper, its `status` mode (tail) is the namespace's pid 1
     (`--as-pid-1`: it reaps, as bwrap's reaper would) and holds nothing of the run's open before the
     command starts, so the command is pid 2 with parent 1, as in the kept view."""
-    if hostkeeper.helper_path() is not None:  # (its check-cwd covers /proc/sys and drops them, as `enter`)
+    # (with the helper its check-cwd covers /proc/sys and keeps the listed capabilities, as `enter`)
+    if hostkeeper.helper_path() is not None:
         return (*PID_OPS, "--as-pid-1")
     return (*PID_OPS, *ROOT_OPS) if os.geteuid() == 0 else PID_OPS
 

@@ -1,13 +1,15 @@
 """The gateway-host runs' seccomp rules (engine.sandbox.seccomprules' HOST_ part, its set-id modes and
-socket families) encoded as the C header exechost-hostenter is built with, so the helper's filter and the
-sandboxes' come from one definition. `python -m engine.sandbox.seccomphost` writes it; a test fails when
-the header in the tree is not what this writes (engine/commands/hostenter/rules.h)."""
+socket families) and a root run's kept capabilities (engine.commands.rootcaps) encoded as the C header
+exechost-hostenter is built with, so the helper's filter and the sandboxes' come from one definition.
+`python -m engine.sandbox.seccomphost` writes it; a test fails when the header in the tree is not what this
+writes (engine/commands/hostenter/rules.h)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from engine.commands import rootcaps
 from engine.sandbox.seccomprules import (
     HOST_REFUSED_SYSCALLS,
     HOST_UNSUPPORTED_SYSCALLS,
@@ -62,6 +64,9 @@ def header() -> str:
         "",
         "/* socket() opens only these families (a network namespace confines them), others EAFNOSUPPORT */",
         f"static const int HOST_SOCKET_FAMILIES[] = {{{families}}};",
+        "",
+        "/* the capabilities a root gateway's run keeps (engine/commands/rootcaps.py); every other goes */",
+        "static const int HOST_ROOT_KEPT_CAPS[] = {" + ", ".join(name for name, _, _ in rootcaps.KEPT) + "};",
         "",
         "#endif",
         "",

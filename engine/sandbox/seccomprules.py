@@ -115,5 +115,10 @@ SOCKET_FAMILIES = (
 # setuid copy of a program, root's, in its hostWritable dir on the host); openat2 fails as unimplemented
 # there too (its mode is in a struct no filter reads), and so does io_setup: fs.aio-max-nr is one count for
 # the whole host, which one agent's run took whole from the operator's own database (fresh round 17 a).
-HOST_REFUSED_SYSCALLS = ("keyctl", "add_key", "request_key", "io_uring_setup")
+# And the calls that set the host's clock (one for every namespace: a time namespace offsets only the
+# monotonic and boot clocks), a second layer under the capabilities a root run keeps (engine.commands.
+# rootcaps: no CAP_SYS_TIME), fresh round 18 a; no run but a root one could ever make them. clock_adjtime
+# stays (glibc's adjtimex reads the clock's state through it; setting needs CAP_SYS_TIME).
+HOST_REFUSED_SYSCALLS: tuple[str, ...] = ("keyctl", "add_key", "request_key", "io_uring_setup")
+HOST_REFUSED_SYSCALLS += ("settimeofday", "clock_settime")
 HOST_UNSUPPORTED_SYSCALLS = ("openat2", "io_setup")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.commands import rootcaps
 from engine.sandbox import docker_ops, hostcpu
 from tests.attacks.harness import attempt
 
@@ -57,22 +58,48 @@ def no_containers_left(state_dir: Path) -> Iterator[None]:
 PY = "/usr/bin/python3"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (the limit docs/SECURITY.md states for a root gateway: its runs keep root's capabilities): "
-    "CAP_SYS_ADMIN and no `umount` refusal let a root gateway's host run detach the empty tmpfs over the "
-    "state dir (`umount -l <state>`) and read the gateway's own files (its config, its socket, any token "
-    "in it); round 17's construction dropped CAP_SETFCAP and CAP_MKNOD only. Closing the class: a short "
-    "list of the capabilities a root run keeps (CAP_SYS_ADMIN not among them), not a list dropped",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
 async def test_class1_a_root_host_run_unmounts_the_state_dirs_cover(state_dir: Path) -> None:
+    """Held: a root gateway's run keeps only engine.commands.rootcaps' list (no CAP_SYS_ADMIN to umount)."""
     (state_dir / "operator-token").write_text("TOKEN-OF-THE-OPERATOR\n")
     os.chmod(state_dir / "operator-token", 0o600)
     script = f"umount -l {state_dir} 2>/dev/null; cat {state_dir}/operator-token 2>/dev/null; echo done"
     details = await attempt(state_dir, script, config=FULL)
     assert details["status"] == "completed", details
     assert "TOKEN-OF-THE-OPERATOR" not in details["_text"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="the variant runs util-linux unshare")
+async def test_class1_a_root_host_runs_own_user_namespace_does_not_lift_the_cover(state_dir: Path) -> None:
+    """The variant by a user namespace of the run's own (the filter leaves `unshare` to host runs): every
+    capability there, but the view's mounts are locked in it (the kernel refuses their unmount: EINVAL),
+    and a map of uid 0 needs CAP_SETFCAP, which the run does not keep."""
+    (state_dir / "operator-token").write_text("TOKEN-OF-THE-OPERATOR\n")
+    os.chmod(state_dir / "operator-token", 0o600)
+    inner = f"umount -l {state_dir}; cat {state_dir}/operator-token"
+    script = f"unshare -Um sh -c '{inner}' 2>&1; unshare -Urm sh -c '{inner}' 2>&1; echo done"
+    details = await attempt(state_dir, script, config=FULL)
+    assert details["status"] == "completed", details
+    assert "done" in details["_text"], details["_text"]
+    assert "TOKEN-OF-THE-OPERATOR" not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="the run uses util-linux setpriv")
+async def test_a_root_host_run_still_does_a_root_users_ordinary_work(state_dir: Path) -> None:
+    """What the kept list is for: chown to another account, chmod of its file, and a drop to that account
+    (setpriv, as su and a package manager's sandbox user do) still work in a root gateway's host run."""
+    work = state_dir.parent / "w"
+    work.mkdir(mode=0o755)
+    script = (
+        "touch f && chown 65534:65534 f && chmod 0640 f && stat -c '%u %a' f && "
+        "setpriv --reuid=65534 --regid=65534 --clear-groups id -u"
+    )
+    config = FULL + f'hostWritable = ["{work}"]\n'
+    details = await attempt(state_dir, script, config=config, workdir=str(work))
+    assert details["status"] == "completed", details
+    assert "65534 640\n65534" in details["_text"], details["_text"]
 
 
 _MACHINE_WIDE = {
@@ -99,23 +126,35 @@ _MACHINE_WIDE = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a root gateway's host run is in the host's UTS namespace (enter unshares mount, PID and "
-    "IPC only) with CAP_SYS_ADMIN and CAP_SYS_TIME, and its seccomp filter refuses neither sethostname nor "
-    "settimeofday/clock_settime (Docker's profile refuses the clock's): an agent's run renames the "
-    "machine or sets its clock (grants' expiry, TLS, every log's times). "
-    "Closing the class: a UTS namespace of its own, and the capabilities a root run keeps listed",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs /usr/bin/python3")
 @pytest.mark.parametrize("what", sorted(_MACHINE_WIDE))
 async def test_class1_a_root_host_run_acts_on_the_whole_machine(state_dir: Path, what: str) -> None:
+    """Held: a UTS namespace of its own, no CAP_SYS_ADMIN nor CAP_SYS_TIME, and the host filter refuses
+    settimeofday and clock_settime (a second layer)."""
     probe = state_dir.parent / "probe.py"
     probe.write_text(_MACHINE_WIDE[what])
     details = await attempt(state_dir, f"{PY} {probe}", config=FULL)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+async def test_class1_a_root_host_runs_capabilities_are_the_listed_ones(state_dir: Path) -> None:
+    """The variant by any capability (CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_NET_ADMIN, CAP_BPF, one the kernel
+    adds later): the run's bounding set is the kept list exactly, no other set holds more, none ambient; and
+    its UTS namespace is not the host's."""
+    details = await attempt(state_dir, "grep ^Cap /proc/self/status; readlink /proc/self/ns/uts", config=FULL)
+    assert details["status"] == "completed", details["_text"]
+    lines = details["_text"].splitlines()
+    sets = {k: int(v.strip(), 16) for k, v in (ln.split(":", 1) for ln in lines if ln.startswith("Cap"))}
+    assert {"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"} <= set(sets), details["_text"]
+    kept = rootcaps.kept_bits()
+    for name in ("CapBnd", "CapEff", "CapPrm", "CapInh"):
+        assert sets[name] & ~kept == 0, f"{name} {sets[name]:x}"
+    assert sets["CapAmb"] == 0
+    assert sets["CapEff"] & (1 << 0), "a root run still chowns (CAP_CHOWN kept)"
+    assert os.readlink("/proc/self/ns/uts") not in details["_text"], details["_text"]
 
 
 # Opens an eighth of the host's open-file table (fs.file-max, one count for the whole machine) and holds it:

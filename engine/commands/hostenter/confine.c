@@ -159,23 +159,32 @@ void cover_proc(unsigned long flags) {
     }
 }
 
-/* A root gateway's command (no user namespace of its own: root's capabilities are the host's) keeps none
-   that makes a file more than its bytes and mode: CAP_SETFCAP (security.capability: a cap_setuid+ep
-   program left in a hostWritable dir is root for any local account that runs it) and CAP_MKNOD (a 0666
-   node of the root disk is every account's disk), fresh round 17 a. Out of the bounding, inheritable and
-   ambient sets (in either mode: `enter`, or `check-cwd` in a run's own bwrap), so no exec (not even of a program with file capabilities) gives them back, by whatever
-   call (setxattr, fsetxattr, lsetxattr, setxattrat, mknod, mknodat) or program (setcap, tar, cp -a) tries. */
-static void drop_file_privileges(void) {
-    static const int dropped[] = {CAP_SETFCAP, CAP_MKNOD};
+/* A root gateway's command (no user namespace of its own: root's capabilities are the host's) keeps only
+   the short list a root user's ordinary shell work needs (HOST_ROOT_KEPT_CAPS, engine/commands/rootcaps.py
+   says why each), every other capability gone from the bounding, effective, permitted, inheritable and
+   ambient sets: what is allowed, not a list of what is refused, so one the kernel adds later is gone too.
+   Round 17 a dropped CAP_SETFCAP and CAP_MKNOD; the rest of root's set let a run `umount -l` the view's
+   covers (CAP_SYS_ADMIN), rename the machine or set its clock (CAP_SYS_TIME), fresh round 18 a. Out of the
+   bounding set no exec gives one back (root's exec is given the bounding set; no_new_privs is set). In
+   either mode: `enter`, or `check-cwd` in a run's own bwrap (after cover_proc, which mounts). */
+static void keep_listed_capabilities(void) {
+    uint32_t kept[_LINUX_CAPABILITY_U32S_3] = {0};
+    for (size_t i = 0; i < sizeof HOST_ROOT_KEPT_CAPS / sizeof *HOST_ROOT_KEPT_CAPS; i++)
+        kept[HOST_ROOT_KEPT_CAPS[i] / 32] |= 1U << (HOST_ROOT_KEPT_CAPS[i] % 32);
+    for (int cap = 0;; cap++) {
+        int held = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (held < 0 && errno == EINVAL) break; /* past the kernel's last capability */
+        if (held < 0) die("capability bounding set");
+        int keep = cap < 32 * _LINUX_CAPABILITY_U32S_3 && (kept[cap / 32] & (1U << (cap % 32)));
+        if (held && !keep && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) die("capability bounding set");
+    }
     struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
     if (syscall(SYS_capget, &head, data) < 0) die("capget");
-    for (size_t i = 0; i < sizeof dropped / sizeof *dropped; i++) {
-        if (prctl(PR_CAPBSET_DROP, dropped[i], 0, 0, 0) < 0) die("capability bounding set");
-        uint32_t bit = 1U << (dropped[i] % 32);
-        data[dropped[i] / 32].effective &= ~bit;
-        data[dropped[i] / 32].permitted &= ~bit;
-        data[dropped[i] / 32].inheritable &= ~bit;
+    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) {
+        data[i].effective &= kept[i];
+        data[i].permitted &= kept[i];
+        data[i].inheritable &= kept[i];
     }
     if (syscall(SYS_capset, &head, data) < 0) die("capset");
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) die("ambient caps");
@@ -194,7 +203,7 @@ void run_checked(const struct stat *want, char **command) {
     if (geteuid() == 0 && !entered_user_ns) {
         /* a root gateway's: in its own bwrap (check-cwd) /proc/sys is not covered yet; in `enter` it is */
         cover_proc(MS_NOSUID | MS_NODEV | MS_NOEXEC);
-        drop_file_privileges();
+        keep_listed_capabilities();
     }
     own_session_keyring();
     refuse_beyond_namespaces();

@@ -34,6 +34,12 @@ static const struct host_rule {
 #ifdef SYS_io_uring_setup
     {SYS_io_uring_setup, -1, EPERM},
 #endif
+#ifdef SYS_settimeofday
+    {SYS_settimeofday, -1, EPERM},
+#endif
+#ifdef SYS_clock_settime
+    {SYS_clock_settime, -1, EPERM},
+#endif
 #ifdef SYS_openat2
     {SYS_openat2, -1, ENOSYS},
 #endif
@@ -71,5 +77,8 @@ static const struct host_rule {
 
 /* socket() opens only these families (a network namespace confines them), others EAFNOSUPPORT */
 static const int HOST_SOCKET_FAMILIES[] = {1, 2, 10, 16};
+
+/* the capabilities a root gateway's run keeps (engine/commands/rootcaps.py); every other goes */
+static const int HOST_ROOT_KEPT_CAPS[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_AUDIT_WRITE};
 
 #endif

@@ -222,8 +222,9 @@ int enter(char **argv) {
     int entered_user = userfd >= 0;
     entered_user_ns = entered_user;
     if (entered_user) close(userfd);
-    /* and an IPC namespace of its own: SysV segments, semaphores and queues are in no directory (round 10 a) */
-    if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) die("unshare");
+    /* and an IPC namespace of its own: SysV segments, semaphores and queues are in no directory (round 10 a);
+       and a UTS namespace: the host's name is the machine's, not a run's to change (fresh round 18 a) */
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS) < 0) die("unshare");
     own_pts(pty); /* here, not in pid 1: this process is the session leader a terminal needs */
     layers_at_cwd(layers, cwdfd, cwd);
     terminal_signals(SIG_IGN);
