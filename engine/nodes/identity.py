@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import statefs
+from engine.nodes.wire import node_id_problem
 
 NODE_FILE_VERSION = 1
 
@@ -39,6 +40,9 @@ def load_or_create(state_dir: Path | None = None) -> NodeIdentity:
     node_id = data.get("nodeId")
     if not isinstance(node_id, str) or not node_id.strip():
         node_id = str(uuid.uuid4())
+    problem = node_id_problem(node_id.strip())
+    if problem is not None:  # a gateway refuses its hello: said here, where it can be fixed
+        raise ValueError(f"{path}: nodeId refused: {problem}; fix it, or remove it for a fresh one")
     name = data.get("displayName")
     if not isinstance(name, str) or not name.strip():
         name = socket.gethostname() or node_id[:8]

@@ -11,7 +11,6 @@ import itertools
 import logging
 import os
 import re
-import shlex
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -20,16 +19,28 @@ from engine import jsontext
 from engine.config import nodekeys
 from engine.config.model import NodeConfig
 from engine.display import visible
-from engine.errors import ExecHostError
 from engine.lazymod import lazy
+from engine.nodes.dial import (
+    host_key_refusal,
+    known_hosts_file,
+    no_hello,
+    open_agent,
+    open_jumps,
+    refuse_ssh_config_proxy,
+    remote_command,
+    why,
+)
+from engine.nodes.errors import NodeError as NodeError  # where every caller of a link takes it from
 from engine.nodes.gateway_key import CAP as IDENTIFY_CAP
 from engine.nodes.gateway_key import GatewayKey
+from engine.nodes.linereader import LineReader
 from engine.nodes.wire import (
     ACK_EVENT,
     MAX_LINE,
     PROTOCOL,
     PROTOCOLS_TAKEN,
     Hello,
+    HelloError,
     NodeEvent,
     Request,
     Response,
@@ -58,95 +69,6 @@ EventHandler = Callable[["NodeLink", NodeEvent], None]
 RequestHandler = Callable[["NodeLink", Request], Awaitable[dict[str, Any]]]
 HelloCheck = Callable[["NodeLink", Hello], None]  # raises NodeError to refuse the node
 Connected = Callable[["NodeLink"], None]  # a link is through (first or again): settle what the last left
-
-
-class NodeError(ExecHostError):
-    """A node could not be reached or answered with an error; the text says what to do."""
-
-    code = "tool_error"
-
-    def __init__(self, message: str, error_code: str = "UNAVAILABLE") -> None:
-        super().__init__(message)
-        self.error_code = error_code
-
-
-def known_hosts_file(cfg: NodeConfig) -> str:
-    return os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts")
-
-
-def host_key_refusal(cfg: NodeConfig) -> str:
-    file = known_hosts_file(cfg)
-    return (
-        f"node {cfg.name}: the host key of {cfg.host}:{cfg.port or 22} is not trusted by {file} (unknown or "
-        f"changed); connection refused, nothing was run. Check the key with the node's administrator, "
-        f"then run: ssh-keyscan -p {cfg.port or 22} {cfg.host} >> {file}"
-    )
-
-
-def jump_hops(spec: str) -> list[tuple[str | None, str, int]]:
-    """`proxyJump` as ssh takes it: `[user@]host[:port]`, `[v6]:port`, several hops comma-separated."""
-    hops: list[tuple[str | None, str, int]] = []
-    for part in spec.split(","):
-        user, _, hostport = part.strip().rpartition("@")
-        host, port = hostport, "22"
-        if hostport.startswith("["):
-            host, _, rest = hostport[1:].partition("]")
-            port = rest[1:] if rest.startswith(":") else "22"
-        elif hostport.count(":") == 1:
-            host, port = hostport.split(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"invalid proxyJump hop {part.strip()!r} (expected [user@]host[:port])")
-        hops.append((user or None, host, int(port)))
-    return hops
-
-
-def jump_key_refusal(cfg: NodeConfig, host: str, port: int) -> str:
-    file = known_hosts_file(cfg)
-    return (
-        f"node {cfg.name}: the host key of jump host {host}:{port} (proxyJump) is not trusted by {file} "
-        f"(unknown or changed); connection refused, nothing was run. Check the key with its administrator, "
-        f"then run: ssh-keyscan -p {port} {host} >> {file}"
-    )
-
-
-def remote_command(cfg: NodeConfig) -> str:
-    """The command line sshd hands the node's login shell: `exechost node serve --stdio`, behind `env` with
-    the node's environment (stateDir as OPENCLAW_STATE_DIR) when it has one. Every word is quoted: a path
-    or value with spaces or shell syntax stays one word, and names were checked to be identifiers."""
-    env = dict(cfg.env)
-    if cfg.state_dir:
-        env["OPENCLAW_STATE_DIR"] = cfg.state_dir
-    words = [shlex.quote(cfg.exechost), "node", "serve", "--stdio"]
-    if env:
-        words = ["env", *(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())), *words]
-    return " ".join(words)
-
-
-class LineReader:
-    """Lines from a channel with a ceiling: asyncssh's readline has none, and a node that never sends a
-    newline must not grow the gateway's memory without bound."""
-
-    def __init__(self, stream: asyncssh.SSHReader[bytes], limit: int = MAX_LINE) -> None:
-        self._stream = stream
-        self._limit = limit
-        self._buf = bytearray()
-
-    async def readline(self) -> bytes:
-        """One line with its newline; b"" at end of stream; WireError past the limit."""
-        while True:
-            cut = self._buf.find(b"\n")
-            if cut >= 0:
-                line = bytes(self._buf[: cut + 1])
-                del self._buf[: cut + 1]
-                return line
-            if len(self._buf) > self._limit:
-                raise WireError(f"frame longer than {self._limit} bytes")
-            chunk = await self._stream.read(256 * 1024)
-            if not chunk:
-                rest = bytes(self._buf)
-                self._buf.clear()
-                return rest
-            self._buf += chunk
 
 
 class NodeLink:
@@ -235,7 +157,7 @@ class NodeLink:
                 raise
             except (OSError, asyncssh.Error, TimeoutError, WireError) as exc:
                 where = f"{self.cfg.host}:{self.cfg.port or 22}"
-                text = f"node {self.name}: cannot connect to {where}: {_why(exc)}"
+                text = f"node {self.name}: cannot connect to {where}: {why(exc)}"
                 self._fail(text)
                 raise NodeError(text) from None
 
@@ -271,8 +193,8 @@ class NodeLink:
             options["port"] = cfg.port
         if cfg.user:
             options["username"] = cfg.user
-        await self._refuse_ssh_config_proxy(cfg)
-        agent = await self._agent(cfg)
+        await refuse_ssh_config_proxy(cfg)
+        agent = await open_agent(cfg)
         try:
             keys: list[Any] = list(await agent.get_keys()) if agent is not None else []
             if cfg.identity_file:
@@ -284,7 +206,9 @@ class NodeLink:
                 # Each hop is its own connection with the node's known_hosts and credentials: asyncssh's
                 # string tunnel would check the jump host against the default file and log in with the
                 # default keys instead.
-                options["tunnel"] = await self._jump(cfg, {k: v for k, v in options.items() if k != "port"})
+                options["tunnel"] = await open_jumps(
+                    cfg, {k: v for k, v in options.items() if k != "port"}, self.connect_timeout, self._jumps
+                )
             try:
                 self._conn = await asyncio.wait_for(
                     asyncssh.connect(cfg.host, **options), self.connect_timeout
@@ -301,9 +225,15 @@ class NodeLink:
         reader = LineReader(self._proc.stdout)
         line = await asyncio.wait_for(reader.readline(), self.connect_timeout)
         if not line:
-            raise NodeError(await self._no_hello(command))
+            raise NodeError(await no_hello(cfg, self._proc, command))
         try:
             frame = decode(line)
+        except HelloError as exc:  # nothing of it is kept: the link is refused before it is connected
+            raise NodeError(
+                f"node {self.name}: its hello was refused ({exc}); nothing was run. Fix or remove the "
+                f"nodeId in node.json in the node's state dir",
+                "INVALID_REQUEST",
+            ) from None
         except WireError as exc:
             raise NodeError(
                 f"node {self.name}: `{command}` did not speak the node protocol ({exc})"
@@ -362,90 +292,6 @@ class NodeLink:
         finally:
             self._pending.pop(rid, None)
 
-    async def _agent(self, cfg: NodeConfig) -> asyncssh.SSHAgentClient | None:
-        """The ssh-agent the node's identityAgent names, open for this login; None when it names none."""
-        path = nodekeys.agent_path(cfg)
-        if path is None:
-            return None
-        try:
-            return await asyncssh.connect_agent(path)  # never empty: asyncssh would take $SSH_AUTH_SOCK
-        except (OSError, asyncssh.Error) as exc:
-            text = f"node {self.name}: cannot reach the ssh-agent at {path} (identityAgent): {_why(exc)}"
-            raise NodeError(text) from None
-
-    async def _refuse_ssh_config_proxy(self, cfg: NodeConfig) -> None:
-        """A ProxyJump or ProxyCommand ~/.ssh/config gives this host is refused by name, not dropped in
-        silence: its hop would log in with credentials the host view does not hide."""
-
-        # Loaded here, on the loop's thread: importlib's LazyLoader (engine.lazymod) is not thread-safe, and
-        # a first use from the worker would race the loop's own (asyncssh.Error half-made)
-        options_class = asyncssh.SSHClientConnectionOptions
-
-        def probe() -> tuple[object, object]:
-            opts = options_class(
-                config=(),  # ~/.ssh/config, as asyncssh.connect reads it (the class alone reads none)
-                host=cfg.host,
-                port=cfg.port or (),
-                username=cfg.user or (),
-                client_keys=None,
-                known_hosts=known_hosts_file(cfg),  # the node's own file, as the connection checks it
-            )
-            return opts.tunnel, opts.proxy_command
-
-        tunnel, command = await asyncio.to_thread(probe)
-        if tunnel or command:
-            what = f"ProxyJump {tunnel}" if tunnel else "a ProxyCommand"
-            raise NodeError(
-                f"node {self.name}: ~/.ssh/config gives {cfg.host} {what}; exechost does not use it (the hop "
-                "would log in with ssh's own keys, which gateway-host commands can read). Set "
-                f'nodes.{self.name}.proxyJump = "[user@]host[:port]" instead: its hops log in with the '
-                "node's identityFile or identityAgent"
-            )
-
-    async def _jump(self, cfg: NodeConfig, options: dict[str, Any]) -> asyncssh.SSHClientConnection:
-        try:
-            hops = jump_hops(cfg.proxy_jump or "")
-        except ValueError as exc:
-            raise NodeError(f"node {cfg.name}: {exc}") from None
-        tunnel: asyncssh.SSHClientConnection | None = None
-        for user, host, port in hops:
-            hop = {**options, "port": port, **({"username": user} if user else {})}
-            if tunnel is not None:
-                hop["tunnel"] = tunnel
-            try:
-                tunnel = await asyncio.wait_for(asyncssh.connect(host, **hop), self.connect_timeout)
-            except asyncssh.HostKeyNotVerifiable:
-                raise NodeError(jump_key_refusal(cfg, host, port), "HOST_KEY_REFUSED") from None
-            except (OSError, asyncssh.Error, TimeoutError) as exc:
-                raise NodeError(f"node {cfg.name}: jump host {host}:{port}: {_why(exc)}") from None
-            self._jumps.append(tunnel)
-        assert tunnel is not None
-        return tunnel
-
-    async def _no_hello(self, command: str) -> str:
-        assert self._proc is not None
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._proc.wait(), 5)
-        err = b""
-        with contextlib.suppress(Exception):
-            err = await asyncio.wait_for(self._proc.stderr.read(4096), 1)
-        status = self._proc.exit_status
-        detail = err.decode(errors="replace").strip()[:300]
-        if status == 127 and any(c.isspace() for c in self.cfg.exechost):
-            return (
-                f"node {self.name}: `{self.cfg.exechost}` was not found on the node: "
-                f"nodes.{self.name}.exechost is one path (quoted, never split); set the node's environment "
-                f'with nodes.{self.name}.env = {{NAME = "value"}} or its state dir with '
-                f"nodes.{self.name}.stateDir"
-            )
-        if status == 127:
-            return (
-                f"node {self.name}: `{self.cfg.exechost}` was not found on the node: install exechost there "
-                f"(pip install exechost, or this repository's scripts/setup.sh) or set "
-                f"nodes.{self.name}.exechost to its full path"
-            )
-        return f"node {self.name}: `{command}` exited ({status}) before its hello: {detail or 'no output'}"
-
     # -- traffic
 
     async def call(
@@ -499,7 +345,7 @@ class NodeLink:
                 proc.stdin.write(data)
                 await proc.stdin.drain()
             except (OSError, asyncssh.Error, BrokenPipeError) as exc:
-                raise NodeError(f"node {self.name}: link lost while sending: {_why(exc)}") from None
+                raise NodeError(f"node {self.name}: link lost while sending: {why(exc)}") from None
 
     async def _read_loop(self, proc: asyncssh.SSHClientProcess[bytes], reader: LineReader) -> None:
         reason = "the node closed the link"
@@ -509,7 +355,7 @@ class NodeLink:
         except WireError as exc:
             reason = f"protocol error: {exc}"
         except (OSError, asyncssh.Error) as exc:
-            reason = _why(exc)
+            reason = why(exc)
         except asyncio.CancelledError:
             reason = "link closed"
             raise
@@ -653,11 +499,6 @@ class NodeLink:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())[:300]
 
 
 async def _raising(exc: Exception) -> dict[str, Any]:

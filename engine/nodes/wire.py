@@ -20,7 +20,15 @@ AGENT_REVOKE = "agent.revoke"  # gateway -> node: one of its agents was revoked 
 CAPS = ("system.run", "system.which", "sandbox", "sessions.watch", "runs.status", AGENT_REVOKE)
 # A hello is kept for its link's life (NodeLink.hello): each field is cut (or, for the id, refused) at a
 # size, and caps to a count of short names, so a node's hello holds kilobytes, never its frame's 16 MiB.
-HELLO_ID_CHARS = 256
+HELLO_ID_CHARS = 128
+# What a node id may be, by construction rather than by a list of bad cases: it is pinned to a node name in
+# the gateway's state (node-keys.json), shown in status and the inbox, and matched in selection, so it is
+# short clean text (a uuid4, the default, fits). Anything else is refused at read, never cut or cleaned:
+# a cut or cleaned id would name another node.
+NODE_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:@+-]{{0,{HELLO_ID_CHARS - 1}}}")
+NODE_ID_RULE = (
+    f"1 to {HELLO_ID_CHARS} characters of letters, digits and . _ : @ + -, starting with a letter or digit"
+)
 HELLO_TEXT_CHARS = 256
 HELLO_PATH_CHARS = 16 * 1024
 HELLO_CAP_CHARS = 64
@@ -35,6 +43,11 @@ class WireError(ValueError):
     def __init__(self, message: str, request_id: str | None = None) -> None:
         super().__init__(message)
         self.request_id = request_id
+
+
+class HelloError(WireError):
+    """A hello the gateway refuses by its content (a malformed node id, a missing field): the node spoke the
+    protocol, and its own state (node.json) is what to fix."""
 
 
 @dataclass
@@ -78,7 +91,7 @@ class Hello:
     def from_json(cls, d: dict[str, Any]) -> Hello:
         try:
             return cls(
-                node_id=_bounded(d, "nodeId", HELLO_ID_CHARS),
+                node_id=_node_id(d),
                 display_name=_str(d, "displayName")[:HELLO_TEXT_CHARS],
                 version=_str(d, "version")[:HELLO_TEXT_CHARS],
                 platform=_str(d, "platform")[:HELLO_TEXT_CHARS],
@@ -91,7 +104,7 @@ class Hello:
                 place=str(d.get("place") or "")[:64],
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise WireError(f"bad hello: {exc}") from None
+            raise HelloError(f"bad hello: {exc}") from None
 
 
 @dataclass
@@ -206,12 +219,28 @@ def _caps(value: Any) -> list[str]:
     return kept
 
 
-def _bounded(d: dict[str, Any], key: str, most: int) -> str:
-    """A string field that names something: refused, never cut, when longer than `most` (a cut id would
-    name another node)."""
-    value = _str(d, key)
-    if len(value) > most:
-        raise ValueError(f"{key} is longer than {most} characters")
+def node_id_problem(value: object) -> str | None:
+    """Why `value` is not a node id (NODE_ID), or None when it is one. The value itself is never quoted: it
+    may be megabytes, or hold what a terminal would act on."""
+    if not isinstance(value, str):
+        return f"a node id is a string, not {type(value).__name__}"
+    if len(value) > HELLO_ID_CHARS:
+        return f"a node id of {len(value)} characters is too long: it must be {NODE_ID_RULE}"
+    if NODE_ID.fullmatch(value) is None:
+        return f"a node id must be {NODE_ID_RULE}"
+    return None
+
+
+def is_node_id(value: object) -> bool:
+    return node_id_problem(value) is None
+
+
+def _node_id(d: dict[str, Any]) -> str:
+    """The hello's `nodeId`, refused (never cut) unless it is a node id (NODE_ID)."""
+    value = _str(d, "nodeId")
+    problem = node_id_problem(value)
+    if problem is not None:
+        raise ValueError(f"nodeId refused: {problem}")
     return value
 
 

@@ -301,7 +301,8 @@ class ApprovalsRelay(Message):
     env: dict[str, str] | None = wire("env")  # the exec frame's env overrides: shown and decided on
     warnings: list[str] | None = wire("strs")  # the socket side's decision warnings, shown with the ask
     # The id of the exec-approvals.sock token the ask's frame proved (PromptRequest.token_id): the ask is
-    # filed under it and nothing is saved for it once that token is replaced. None: the operator's own relay.
+    # filed under it and nothing is saved for it once that token is replaced. Required for an ask (a relay
+    # naming none proves nobody: refused); a withdraw needs none.
     socket_token: str | None = wire("str")
 
 

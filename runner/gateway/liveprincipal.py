@@ -95,13 +95,6 @@ def proof_key(conn: Connection) -> str:
     return f"{_ANONYMOUS}{conn.agent}@{token_id(conn.proved_token)}"
 
 
-def anonymous_proof(agent: str, gateway_token: str) -> str:
-    """The proof of a caller that is `agent` by a shared token alone (the gateway token, or the token of
-    exec-approvals.sock, which every process of the account reads too): held while `anonymous` gives it
-    and the gateway token is `gateway_token` (the shared-token principal's one secret of the gateway's)."""
-    return f"{_ANONYMOUS}{agent}@{token_id(gateway_token)}"
-
-
 def socket_proof(agent: str, socket_token_id: str) -> str:
     """The proof of an ask relayed from exec-approvals.sock, made by the socket token `socket_token_id`."""
     return f"{_SOCKET}{agent}@{socket_token_id}"

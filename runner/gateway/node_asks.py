@@ -1,6 +1,7 @@
 """A node's ask, relayed into this gateway's inbox: filed under the run the gateway started on that very
-link (its agent, session key and node id are the gateway's record, never the frame's), capped per run,
-per node and agent, and by the inbox's own caps; nobody deciding in time is the node's askFallback."""
+link (its agent, session key and node id are the gateway's record, never the frame's), capped per run, per
+node and principal (the operator's own runs apart from agent main's), and by the inbox's own caps; nobody
+deciding in time is the node's askFallback."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exechost.gateway.nodes")
 
-MAX_PENDING_PER_NODE_AGENT = 16  # each agent's share of a node's asks: one agent's flood leaves others room
+MAX_PENDING_PER_NODE_AGENT = 16  # each principal's share of a node's asks: one's flood leaves others room
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
@@ -83,9 +84,10 @@ def relay_approval(
         return _answered(revoked_answer(link, run))
     # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
     # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
-    mine = (
-        r for r in manager.pending() if (r.request.node_id, r.request.agent_id) == (node_id, run.agent_id)
-    )
+    # Counted by the principal whose run it is (ApprovalRequest.asker): the operator's own run is agent
+    # main's by name, and its asks must not fill main's share (nor main's the operator's).
+    asker = OPERATOR_ASKER if run.operator else run.agent_id
+    mine = (r for r in manager.pending() if (r.request.node_id, r.request.asker) == (node_id, asker))
     if sum(1 for _ in mine) >= MAX_PENDING_PER_NODE_AGENT:
         return _answered({"decision": None, "resolvedBy": "too-many-pending"})
     env = limits.env_pairs(view.get("env"))
@@ -119,7 +121,7 @@ def relay_approval(
         agent_reason=limits.optional(view.get("agentReason"), limits.REASON_CHARS),
         egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
         # Who asked: the operator for its run (its own share of pending asks), else the run's agent.
-        asker=OPERATOR_ASKER if run.operator else run.agent_id,
+        asker=asker,
     )
     # Filed now, as the frame is read, so the caps counted above hold for a burst read at once.
     filed = _file(services, link, run, request)

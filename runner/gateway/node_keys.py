@@ -5,15 +5,13 @@ node can take it, connected or not). Kept on disk: node sessions outlive a gatew
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import json
 import logging
 import time
 from pathlib import Path
 
 from engine import jsontext, statefs
-from engine.nodes.select import normalize_node_key
+from engine.nodes.wire import is_node_id
 from engine.principals import key_owner
 
 log = logging.getLogger("exechost.gateway.nodes")
@@ -26,6 +24,9 @@ MAX_KEYS_PER_OWNER = 1024
 # All owners together, per node (what the file holds): past it, the owner holding the most loses its oldest.
 MAX_KEYS_PER_NODE = 4096
 MAX_IDS = 4096
+# The pins by bytes too (each id and the name it is pinned to, as text): a count alone let one long id fill
+# the file. An id is at most wire.HELLO_ID_CHARS of ASCII and a name a config key, so this holds thousands.
+MAX_ID_BYTES = 256 * 1024
 
 
 class NodeKeys:
@@ -37,6 +38,7 @@ class NodeKeys:
         # The same keys by owner, oldest first ({node: {owner: {key: None}}}): shares kept without a scan.
         self._owned: dict[str, dict[str, dict[str, None]]] = {}
         self._ids: dict[str, str] = {}  # node id -> the [nodes.<name>] that first presented it
+        self._id_bytes = 0  # what _ids holds, counted as MAX_ID_BYTES counts it
         try:
             text = statefs.read_text(self.path)
             data = jsontext.loads(text) if text else {}
@@ -55,8 +57,12 @@ class NodeKeys:
                 for k in self._keys[name]:
                     owned.setdefault(_owner(k), {})[k] = None
         ids = data.get("ids") if isinstance(data, dict) else None
-        if isinstance(ids, dict):
-            self._ids = {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(ids, dict):  # read as a hello's id is: only well-formed ids, within the same bounds
+            for node_id, name in ids.items():
+                if is_node_id(node_id) and isinstance(name, str) and len(name) <= MAX_ID_BYTES // 2:
+                    self._ids[node_id] = name
+                    self._id_bytes += _pin_bytes(node_id, name)
+            self._trim_ids()
 
     def give(self, node: str, key: str) -> None:
         """`node` runs work under `key` from now on (a run was sent there with it). Forgets the oldest key
@@ -102,18 +108,31 @@ class NodeKeys:
     def pin(self, node: str, node_id: str) -> None:
         """`node` presented `node_id`: pinned to it. The first name to present an id keeps it while that
         name is configured (removing the node, or editing node-keys.json, frees it)."""
+        if not is_node_id(node_id):  # the hello's reader refuses it first; kept here whoever calls
+            raise ValueError(f"node {node}: not a node id; not pinned")
         if self._ids.get(node_id) == node:
             return
+        self._drop_id(node_id)
         self._ids[node_id] = node
-        while len(self._ids) > MAX_IDS:
-            del self._ids[next(iter(self._ids))]
+        self._id_bytes += _pin_bytes(node_id, node)
+        self._trim_ids()
         self._save()
+
+    def _trim_ids(self) -> None:
+        """Past the count or the bytes, the ids pinned longest ago are forgotten first."""
+        while self._ids and (len(self._ids) > MAX_IDS or self._id_bytes > MAX_ID_BYTES):
+            self._drop_id(next(iter(self._ids)))
+
+    def _drop_id(self, node_id: str) -> None:
+        name = self._ids.pop(node_id, None)
+        if name is not None:
+            self._id_bytes -= _pin_bytes(node_id, name)
 
     def forget_ids(self, keep: set[str]) -> None:
         """Ids pinned to names no longer configured are free again."""
         gone = [i for i, name in self._ids.items() if name not in keep]
         for node_id in gone:
-            del self._ids[node_id]
+            self._drop_id(node_id)
         if gone:
             self._save()
 
@@ -129,20 +148,11 @@ class NodeKeys:
             log.warning("%s not written: %s", self.path, exc)
 
 
+def _pin_bytes(node_id: str, name: str) -> int:
+    """What one pin costs in the file: the id and the name as UTF-8, and JSON's quotes and separators."""
+    return len(node_id.encode()) + len(name.encode()) + 6
+
+
 def _owner(key: str) -> str:
     """Whose share a key counts in: the agent it names, or "" (the operator) when it names none."""
     return key_owner(key) or ""
-
-
-def names_node(node_id: str, name: str, host: str, display_name: str | None) -> bool:
-    """Whether a node id would be read as this node's name, address or display name (engine.nodes.select
-    normalises names; an address is compared as the IP it is)."""
-    wanted = node_id.strip()
-    key = normalize_node_key(wanted)
-    if wanted in (name, host) or (
-        key and key in {normalize_node_key(name), normalize_node_key(display_name or "")}
-    ):
-        return True
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.ip_address(host)) == wanted
-    return False

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals import generations as stamps
-from engine.commands import gatewaydirs, hostoutside
 from engine.jsontext import INT_MAX
 from engine.nodes.gateway_key import GatewayKey
 from engine.nodes.link import NodeError, NodeLink
@@ -20,14 +18,15 @@ from engine.nodes.revocations import Revocations
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response, credential_stamp
 from engine.policy.decision import Decision
-from engine.principals import MAIN_AGENT, key_owner
+from engine.principals import key_owner
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.tools.exec import ExecContext
 from runner.gateway import node_limits as limits
 from runner.gateway.node_asks import relay_approval
 from runner.gateway.node_events import NodeEvents, session_row
-from runner.gateway.node_keys import NodeKeys, names_node
+from runner.gateway.node_hello import check_hello, record_state_dir
+from runner.gateway.node_keys import NodeKeys
 from runner.gateway.node_orphans import Orphans
 from runner.gateway.node_output import NodeOutputFeed
 from runner.gateway.node_revoke import NodeRevoke
@@ -153,67 +152,9 @@ class NodeHub:
             )
 
     def _on_hello(self, link: NodeLink, hello: Hello) -> None:
-        self._check_hello(link, hello)
-        if hello.place and hello.place == gatewaydirs.place() and hello.state_dir.startswith(os.sep):
-            # A node of this account on this machine: its state dir (another agent's node-run /tmp copy,
-            # its sandboxes' workspaces and control FIFOs) is covered in every host view of ours too, as
-            # another gateway's is (fresh round 15 b), wherever its HOME recorded it. `place` is no secret
-            # and the path is the node's word: recorded only when the directory proves to be that node's
-            # own, made by this account, where no run writes (a node naming the operator's project would
-            # otherwise hide it from every host run, for good: fresh round 16 b).
-            config = self.services.config()
-            writable = [
-                w for agent in (MAIN_AGENT, *config.agents) for w in config.exec_for(agent).host_writable
-            ]
-            if gatewaydirs.node_state_dir(hello.state_dir, hello.node_id, writable):
-                gatewaydirs.record(hostoutside.home_dir(), hello.state_dir)
-            else:
-                log.warning(
-                    "node %s names %s as its state dir on this machine, which is not its own: not recorded",
-                    link.name,
-                    hello.state_dir[:300],
-                )
-
-    def _check_hello(self, link: NodeLink, hello: Hello) -> None:
-        """A link whose hello presents a node id that another configured node presented first (pinned in
-        node-keys.json), or that another connected link holds, is refused before it is connected: nothing
-        it sends is read (a node cannot pass itself off as another, whether that one is up or not)."""
-        nodes = self.services.config().nodes
-        self.keys.forget_ids(set(nodes))
-        for name, cfg in nodes.items():
-            # A node id is the node's own word, and selection ranks an exact id above the operator's own
-            # facts about a node (its address, its display name): an id naming another node is refused.
-            if name != link.name and names_node(hello.node_id, name, cfg.host, cfg.display_name):
-                log.warning(
-                    "node %s claims node id %r, which names node %s; refused", link.name, hello.node_id, name
-                )
-                raise NodeError(
-                    f"node {link.name} claims node id {hello.node_id!r}, which names node {name} (its name, "
-                    f"address or display name); refused (check {link.name}'s node.json)",
-                    "INVALID_REQUEST",
-                )
-        pinned = self.keys.holder(hello.node_id)
-        if pinned is not None and pinned != link.name:
-            log.warning(
-                "node %s claims node id %s, pinned to node %s; refused", link.name, hello.node_id, pinned
-            )
-            raise NodeError(
-                f"node {link.name} claims node id {hello.node_id}, which node {pinned} holds; refused (check "
-                f"{link.name}'s node.json)",
-                "INVALID_REQUEST",
-            )
-        for other in self.links.values():
-            held = other.hello.node_id if other.hello is not None and other.state == "connected" else None
-            if other is not link and held == hello.node_id:
-                log.warning(
-                    "node %s claims node id %s, which node %s holds; refused", link.name, held, other.name
-                )
-                raise NodeError(
-                    f"node {link.name} claims node id {held}, which node {other.name} holds; "
-                    f"refused (check {link.name}'s node.json)",
-                    "INVALID_REQUEST",
-                )
-        self.keys.pin(link.name, hello.node_id)
+        config = self.services.config()
+        check_hello(config, self.keys, self.links.values(), link, hello)
+        record_state_dir(config, link, hello)
 
     def _on_connected(self, link: NodeLink) -> None:
         """A link is through: the runs the last one left without an answer are settled (runs.status), and

@@ -185,7 +185,15 @@ async def test_class1_a_relayed_socket_ask_outlives_anonymous_none_and_allows_ma
         op = await connect(state_dir, client="op")
         try:
             relayed = asyncio.ensure_future(
-                console.request("approvals.relay", {"id": "sock-1", "command": command, "cwd": str(work)})
+                console.request(
+                    "approvals.relay",
+                    {
+                        "id": "sock-1",
+                        "command": command,
+                        "cwd": str(work),
+                        "socketToken": _socket_token(state_dir),
+                    },
+                )
             )
 
             async def asked() -> bool:
@@ -208,6 +216,14 @@ async def test_class1_a_relayed_socket_ask_outlives_anonymous_none_and_allows_ma
             await op.close()
             await console.close()
     assert details["status"] == "approval-pending", details
+
+
+def _socket_token(state: Path) -> str:
+    """The id of exec-approvals.sock's token, as the console names it on each ask it relays."""
+    from engine.approvals.socket.principal import socket_token_id
+    from engine.approvals.store import ApprovalsStore
+
+    return socket_token_id(ApprovalsStore(state / "exec-approvals.json").socket_info()[1])
 
 
 def _replace_operator_token(state: Path) -> None:

@@ -264,7 +264,7 @@ async def test_ssh_include_glob_in_a_directory_part(state_dir: Path) -> None:
     marker = state_dir.parent / "ran-in-gateway"
     plant = f"mkdir -p {dots}/new && printf 'Match exec \"touch {marker}\"\\n' > {dots}/new/ssh.conf"
     await _runs(state_dir, ("main", plant))
-    # what engine.nodes.link.NodeLink._refuse_ssh_config_proxy does at every node connect, in the gateway
+    # what engine.nodes.dial.refuse_ssh_config_proxy does at every node connect, in the gateway
     with contextlib.suppress(Exception):
         asyncssh.SSHClientConnectionOptions(config=(), host="node1", client_keys=None, known_hosts=None)
     assert not marker.exists()

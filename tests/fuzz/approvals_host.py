@@ -34,6 +34,7 @@ async def main() -> int:
             "resolvedPath": request.resolved_path,
             "allowedDecisions": list(request.allowed_decisions),
             "timeoutMs": RELAY_MS,
+            "socketToken": request.token_id,  # as the console names it: a relay naming none is refused
         }
         try:
             answer = await link.request("approvals.relay", params)

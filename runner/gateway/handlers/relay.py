@@ -25,7 +25,7 @@ from engine.policy.decision import evaluate
 from engine.protocol.requests import ApprovalsRelay
 from engine.results import ToolError
 from runner.gateway.handlers.common import require_operator
-from runner.gateway.liveprincipal import anonymous_proof, socket_proof
+from runner.gateway.liveprincipal import socket_proof
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -50,12 +50,15 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         raise InvalidInput(f"approvals.relay: {exc}") from None
     # What proves the socket's client: the socket token its frame proved (a shared token alone, as the
     # gateway token alone proves main), by its id: the ask is filed under it, and stamp.stale() below, where
-    # an allow-always is saved, decides it again against exec-approvals.json now. A relay naming no token
-    # is the operator's own (only an operator relays): filed under the gateway token, as before.
-    if req.socket_token:
-        proof = socket_proof(agent, req.socket_token)
-    else:
-        proof = anonymous_proof(agent, services.server.tokens.gateway.current() if services.server else "")
+    # an allow-always is saved, decides it again against exec-approvals.json now. Every ask the socket takes
+    # proved a token; a relay naming none proves nobody and is refused (it is never the relaying operator's
+    # own: filed under the gateway token, replacing the socket token would not settle it).
+    if not req.socket_token:
+        raise InvalidInput(
+            "approvals.relay: socketToken is required (the id of the exec-approvals.sock token the ask's "
+            "frame proved); a relay naming no token proves no principal"
+        )
+    proof = socket_proof(agent, req.socket_token)
     cwd = req.cwd or ""
     offered = req.allowed_decisions
     allowed = tuple(d for d in DECISIONS if offered is None or d in offered)
