@@ -551,3 +551,77 @@ async def test_class6_no_run_gives_a_file_a_set_id_bit_by_any_call(
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+# The same take by UDP (net.ipv4.udp_mem, one count too): datagrams to bound sockets that never read, each
+# receive buffer as large as net.core allows, until the count stops growing (the kernel drops the rest).
+_UDP_MEMORY = """
+import socket, sys, resource
+udp_max = int(sys.argv[1])
+want = udp_max // 8 + 1
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+def mem():
+    for line in open("/proc/net/sockstat"):
+        if line.startswith("UDP:"):
+            f = line.split()
+            return int(f[f.index("mem") + 1])
+    return 0
+base = mem()
+held = []
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+while mem() - base < want and len(held) + 32 < hard:
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    r.bind(("127.0.0.1", 0))
+    held.append(r)
+    n = 0
+    while n < 100000:
+        try:
+            s.sendto(b"x" * 60000, r.getsockname())
+        except BlockingIOError:
+            continue
+        n += 1
+        if n % 16 == 0 and r.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) and mem() - base >= want:
+            break
+        # stop at the receiver's buffer: the kernel drops what does not fit (no error), so count by sockstat
+        if n % 64 == 0:
+            before = mem()
+            for _ in range(64):
+                try:
+                    s.sendto(b"x" * 60000, r.getsockname())
+                except BlockingIOError:
+                    pass
+            if mem() <= before:
+                break
+got = mem() - base
+print("sockets", len(held), "held", got, "pages of udp_mem's", udp_max)
+print("REACHED" if got >= want else "SAFE")
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: UDP memory (net.ipv4.udp_mem) is one count for the whole machine as TCP's is, charged to "
+    "no memory group: a sandbox capped at memory = 128m held an eighth of it (~560 MB here) in sockets it "
+    "never reads; 8x that puts every UDP socket on the host (DNS lookups of the egress proxy, the "
+    "operator's) past udp_mem's maximum. The TCP take's construction closes it",
+)
+@pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/udp_mem"), reason="no IPv4 UDP")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox"])
+async def test_class3_one_agents_sandbox_takes_the_hosts_udp_memory(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    config = _where(where)
+    if where == "bwrap-sandbox":
+        config += '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+    else:
+        config = config.replace(
+            "[agents.defaults.sandbox.docker]\n", '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+        )
+    udp_max = Path("/proc/sys/net/ipv4/udp_mem").read_text().split()[2]
+    script = f"cat > /tmp/udpmem.py <<'PYEOF'\n{_UDP_MEMORY}PYEOF\npython3 /tmp/udpmem.py {udp_max}"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
