@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import ctypes.util
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -625,3 +627,66 @@ async def test_class3_one_agents_sandbox_takes_the_hosts_udp_memory(
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+# chmod(.., 04755) by the other ABIs an x86-64 kernel may take: i386 (`int $0x80`, nr 15), x32 (nr
+# 0x40000000|90); no libc, so nothing but the filter decides. Built at the test with the host's cc.
+_OTHER_ABI_C = r"""
+/* chmod("/tmp/setid-arch", 04755) by the i386 ABI (int $0x80, nr 15) and the x32 ABI. */
+static long sys3(long n, long a, long b, long c) {
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return r;
+}
+static long int80(long n, long a, long b) {
+    long r;
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(n), "b"(a), "c"(b) : "memory");
+    return r;
+}
+static char path[] = "/tmp/setid-arch";
+static void put(const char *s) {
+    long n = 0;
+    while (s[n]) n++;
+    sys3(1, 1, (long)s, n);
+}
+static void num(long v) {
+    char b[24];
+    int i = 23, neg = v < 0;
+    if (neg) v = -v;
+    b[i] = 0;
+    do { b[--i] = '0' + v % 10; v /= 10; } while (v);
+    if (neg) b[--i] = '-';
+    put(b + i);
+}
+void _start(void) {
+    sys3(3, sys3(2, (long)path, 0101 | 01000, 0755), 0, 0); /* open(O_WRONLY|O_CREAT|O_TRUNC), close */
+    put("i386 chmod: "); num(int80(15, (long)path, 04755)); put("\n");
+    put("x32 chmod: "); num(sys3(0x40000000L | 90, (long)path, 04755, 0)); put("\n");
+    char buf[256];
+    sys3(4, (long)path, (long)buf, 0); /* stat: st_mode at 24 on x86-64 */
+    unsigned int mode = *(unsigned int *)(buf + 24);
+    put(mode & 06000 ? "REACHED\n" : "SAFE\n");
+    sys3(60, 0, 0, 0);
+}
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64's other ABIs")
+@pytest.mark.skipif(shutil.which("cc") is None or shutil.which("base64") is None, reason="needs cc")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+async def test_class6_a_set_id_bit_by_another_abi_is_refused(
+    state_dir: Path, where: str, no_containers_left: None, tmp_path: Path
+) -> None:
+    """Held: i386's int 0x80 chmod (this kernel runs it: unconfined it sets the bit) dies of SIGSYS in
+    both sandboxes (their filters' arch check) and fails with EPERM in a host run (exechost-hostenter's
+    filter refuses any other arch, and x32's numbers)."""
+    config = _where(where)
+    (tmp_path / "arch.c").write_text(_OTHER_ABI_C)
+    build = ["cc", "-O1", "-static", "-nostdlib", "-fno-stack-protector", "-o", "arch", "arch.c"]
+    subprocess.run(build, cwd=tmp_path, check=True)
+    b64 = base64.b64encode((tmp_path / "arch").read_bytes()).decode()
+    script = (
+        f"d=/workspace; [ -w $d ] || d=/tmp; echo {b64} | base64 -d > $d/arch && chmod 755 $d/arch && $d/arch"
+    )
+    details = await attempt(state_dir, script, config=config)
+    assert "REACHED" not in details["_text"], details["_text"]
