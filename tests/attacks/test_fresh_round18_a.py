@@ -715,3 +715,74 @@ async def test_class6_a_set_id_bit_by_another_abi_is_refused(
     )
     details = await attempt(state_dir, script, config=config)
     assert "REACHED" not in details["_text"], details["_text"]
+
+
+# Netlink (NETLINK_USERSOCK: user sockets unicast to each other, no capability needed; AF_NETLINK is one of
+# the families every filter allows) datagrams queued to sockets that never read, each receive buffer as
+# large as net.core allows; /proc/net/netlink's Rmem is what each holds. At most 400 sockets: the probe
+# stops at its target (4x the sandbox's memory cap), never near the host's RAM.
+_NETLINK_MEMORY = """
+import socket, sys, resource, os
+want = int(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+NETLINK_USERSOCK = 2
+def rmem():
+    total = 0
+    for line in open("/proc/net/netlink").readlines()[1:]:
+        f = line.split()
+        if f[1] == str(NETLINK_USERSOCK):
+            total += int(f[4])
+    return total
+src = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK)
+src.bind((0, 0))
+src.setblocking(False)
+held = []
+why = ""
+while rmem() < want and len(held) < 400:
+    r = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    r.bind((0, 0))
+    held.append(r)
+    port = r.getsockname()[0]
+    while True:
+        try:
+            src.sendto(bytes(16) + b"x" * 60000, (port, 0))
+        except OSError as e:
+            why = os.strerror(e.errno)
+            break
+got = rmem()
+print("sockets", len(held), "queued", got >> 20, "MiB, then", why)
+print("REACHED" if got >= want else "SAFE")
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: netlink sockets' queued buffers are charged to no memory group and counted by no limit "
+    "of the host (TCP and UDP at least have tcp_mem/udp_mem): a sandbox capped at memory = 128m (bwrap "
+    "or Docker) queued 518 MiB to NETLINK_USERSOCK sockets of its own it never reads, 4x its cap (a "
+    "host run the same, by the same kernel path, though under its group's larger share); its fds allow "
+    "~8 MiB each (8,192 of them: 64 GiB "
+    "from one process), so one agent's command puts the host's kernel out of memory (unreclaimable: the "
+    "OOM killer chooses among every process of the host). Closing the class: the families a run may "
+    "open are those whose buffers a memory group charges (AF_NETLINK only for NETLINK_ROUTE, whose "
+    "kernel answers are bounded), or netlink's buffers charged to the agent's group",
+)
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+async def test_class3_one_agents_run_queues_netlink_buffers_past_its_memory_cap(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    config = _where(where)
+    if where == "bwrap-sandbox":
+        config += '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+    elif where == "docker-sandbox":
+        config = config.replace(
+            "[agents.defaults.sandbox.docker]\n", '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+        )
+    want = 512 << 20  # 4x the sandboxes' 128 MB cap
+    script = f"cat > /tmp/nlmem.py <<'PYEOF'\n{_NETLINK_MEMORY}PYEOF\npython3 /tmp/nlmem.py {want}"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
