@@ -765,9 +765,10 @@ print("REACHED" if got >= want else "SAFE")
     "host run the same, by the same kernel path, though under its group's larger share); its fds allow "
     "~8 MiB each (8,192 of them: 64 GiB "
     "from one process), so one agent's command puts the host's kernel out of memory (unreclaimable: the "
-    "OOM killer chooses among every process of the host). Closing the class: the families a run may "
-    "open are those whose buffers a memory group charges (AF_NETLINK only for NETLINK_ROUTE, whose "
-    "kernel answers are bounded), or netlink's buffers charged to the agent's group",
+    "OOM killer chooses among every process of the host). Not closed by keeping only NETLINK_ROUTE: "
+    "its own replies to requests never read (RTM_GETLINK, 200,000 sends) fill 8 MiB per socket as well. "
+    "Closing the class: the sockets a run may hold times net.core's largest buffer within its agent's "
+    "RAM share (nofile x pids bounded), or no AF_NETLINK where no command needs it (sandboxes)",
 )
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
 @pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
