@@ -306,14 +306,21 @@ print("held", len(fds), "inotify instances")
 """
 
 
-def _inotify_errno() -> int:
-    """0 when this process (the gateway's account, root) can make an inotify instance, else its errno."""
+def _inotify_room(most: int = 16) -> int:
+    """How many inotify instances this process (the gateway's account, root) can still make, up to `most`
+    (all closed again): another root process closing one meanwhile adds one or two, never `most`."""
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.inotify_init1(0)
-    if fd >= 0:
-        os.close(fd)
-        return 0
-    return ctypes.get_errno()
+    made: list[int] = []
+    try:
+        while len(made) < most:
+            fd = libc.inotify_init1(0)
+            if fd < 0:
+                break
+            made.append(fd)
+        return len(made)
+    finally:
+        for fd in made:
+            os.close(fd)
 
 
 @pytest.mark.xfail(
@@ -339,11 +346,11 @@ async def test_class3_a_docker_sandbox_takes_roots_inotify_instances(
             break
         await asyncio.sleep(0.02)
     assert held is not None, (await run) if run.done() else "the sandbox never said it held them"
-    err = _inotify_errno()  # the gateway's own account, while the sandbox holds them
+    room = _inotify_room()  # the gateway's own account, while the sandbox holds them
     await asyncio.to_thread(lambda: os.close(os.open(held.parent / "release", os.O_WRONLY)))
     details = await run
     assert details["status"] == "completed", details
-    assert err == 0, f"the gateway's inotify_init: {os.strerror(err)}; {details['_text']}"
+    assert room == 16, f"the gateway's account could make {room} inotify instances; {details['_text']}"
 
 
 # In a Docker sandbox: POSIX message queues (default size) made until the kernel refuses one; they stay in
@@ -447,7 +454,7 @@ nr, top = k("nr"), k("max") - k("reserve")
 for fd in fds:
     os.close(fd)
 print("opened", len(fds), "terminals, then", why, "; kernel.pty.nr", nr, "of", top)
-print("REACHED" if nr + 1 >= top else "SAFE")  # (devpts refuses the one that would reach the top)
+print("REACHED" if len(fds) > top // 8 else "SAFE")  # more than an eighth of the one count
 """
 
 
