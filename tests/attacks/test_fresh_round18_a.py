@@ -794,3 +794,17 @@ async def test_class3_one_agents_run_queues_netlink_buffers_past_its_memory_cap(
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+async def test_class3_a_docker_sandboxs_log_stays_capped(state_dir: Path, no_containers_left: None) -> None:
+    """Held: 16 MiB written to the container's log pipe (its init's stdout, reopened by the command as
+    the same uid) leave at most the json-file cap (64 KiB, one file) on the engine's disk."""
+    config = _where("docker-sandbox")
+    script = "head -c 16777216 /dev/zero | tr '\\0' 'x' | fold -w 1000 > /proc/1/fd/1 && echo wrote"
+    details = await attempt(state_dir, script, config=config)
+    assert "wrote" in details["_text"], details
+    name = details["ranOn"].split()[-1]  # `sandbox <container name>` (a pool spare may stand beside it)
+    path = docker_ops.client().api.inspect_container(name)["LogPath"]
+    logs = [p for p in Path(path).parent.iterdir() if p.name.startswith(Path(path).name)]
+    sizes = [(p.name, p.stat().st_size) for p in logs]
+    assert 0 < sum(size for _, size in sizes) <= 256 * 1024, sizes  # written to, and capped
