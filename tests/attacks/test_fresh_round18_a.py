@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import ctypes.util
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,6 +102,23 @@ async def test_a_root_host_run_still_does_a_root_users_ordinary_work(state_dir: 
     details = await attempt(state_dir, script, config=config, workdir=str(work))
     assert details["status"] == "completed", details
     assert "65534 640\n65534" in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root gateway's host run")
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs /usr/bin/python3")
+async def test_class1_a_root_host_run_detaches_the_proc_sys_cover(state_dir: Path) -> None:
+    probe = state_dir.parent / "core_pattern.py"
+    probe.write_text(
+        "import os\n"
+        "try:\n"
+        "    os.close(os.open('/proc/sys/kernel/core_pattern', os.O_WRONLY))\n"
+        "    print('OPENED-FOR-WRITING')\n"
+        "except OSError as e:\n"
+        "    print('refused', e)\n"
+    )
+    details = await attempt(state_dir, f"umount -l /proc/sys; {PY} {probe}", config=FULL)
+    assert details["status"] == "completed", details
+    assert "OPENED-FOR-WRITING" not in details["_text"], details["_text"]
 
 
 _MACHINE_WIDE = {
@@ -318,14 +337,21 @@ print("held", len(fds), "inotify instances")
 """
 
 
-def _inotify_errno() -> int:
-    """0 when this process (the gateway's account, root) can make an inotify instance, else its errno."""
+def _inotify_room(most: int = 16) -> int:
+    """How many inotify instances this process (the gateway's account, root) can still make, up to `most`
+    (all closed again): another root process closing one meanwhile adds one or two, never `most`."""
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.inotify_init1(0)
-    if fd >= 0:
-        os.close(fd)
-        return 0
-    return ctypes.get_errno()
+    made: list[int] = []
+    try:
+        while len(made) < most:
+            fd = libc.inotify_init1(0)
+            if fd < 0:
+                break
+            made.append(fd)
+        return len(made)
+    finally:
+        for fd in made:
+            os.close(fd)
 
 
 @pytest.mark.xfail(
@@ -351,11 +377,11 @@ async def test_class3_a_docker_sandbox_takes_roots_inotify_instances(
             break
         await asyncio.sleep(0.02)
     assert held is not None, (await run) if run.done() else "the sandbox never said it held them"
-    err = _inotify_errno()  # the gateway's own account, while the sandbox holds them
+    room = _inotify_room()  # the gateway's own account, while the sandbox holds them
     await asyncio.to_thread(lambda: os.close(os.open(held.parent / "release", os.O_WRONLY)))
     details = await run
     assert details["status"] == "completed", details
-    assert err == 0, f"the gateway's inotify_init: {os.strerror(err)}; {details['_text']}"
+    assert room == 16, f"the gateway's account could make {room} inotify instances; {details['_text']}"
 
 
 # In a Docker sandbox: POSIX message queues (default size) made until the kernel refuses one; they stay in
@@ -459,7 +485,7 @@ nr, top = k("nr"), k("max") - k("reserve")
 for fd in fds:
     os.close(fd)
 print("opened", len(fds), "terminals, then", why, "; kernel.pty.nr", nr, "of", top)
-print("REACHED" if nr + 1 >= top else "SAFE")  # (devpts refuses the one that would reach the top)
+print("REACHED" if len(fds) > top // 8 else "SAFE")  # more than an eighth of the one count
 """
 
 
@@ -590,3 +616,226 @@ async def test_class6_no_run_gives_a_file_a_set_id_bit_by_any_call(
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+# The same take by UDP (net.ipv4.udp_mem, one count too): datagrams to bound sockets that never read, each
+# receive buffer as large as net.core allows, until the count stops growing (the kernel drops the rest).
+_UDP_MEMORY = """
+import socket, sys, resource
+udp_max = int(sys.argv[1])
+want = udp_max // 8 + 1
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+def mem():
+    for line in open("/proc/net/sockstat"):
+        if line.startswith("UDP:"):
+            f = line.split()
+            return int(f[f.index("mem") + 1])
+    return 0
+base = mem()
+held = []
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+while mem() - base < want and len(held) + 32 < hard:
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    r.bind(("127.0.0.1", 0))
+    held.append(r)
+    n = 0
+    while n < 100000:
+        try:
+            s.sendto(b"x" * 60000, r.getsockname())
+        except BlockingIOError:
+            continue
+        n += 1
+        if n % 16 == 0 and r.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) and mem() - base >= want:
+            break
+        # stop at the receiver's buffer: the kernel drops what does not fit (no error), so count by sockstat
+        if n % 64 == 0:
+            before = mem()
+            for _ in range(64):
+                try:
+                    s.sendto(b"x" * 60000, r.getsockname())
+                except BlockingIOError:
+                    pass
+            if mem() <= before:
+                break
+got = mem() - base
+print("sockets", len(held), "held", got, "pages of udp_mem's", udp_max)
+print("REACHED" if got >= want else "SAFE")
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: UDP memory (net.ipv4.udp_mem) is one count for the whole machine as TCP's is, charged to "
+    "no memory group: a sandbox capped at memory = 128m held an eighth of it (~560 MB here) in sockets it "
+    "never reads; 8x that puts every UDP socket on the host (DNS lookups of the egress proxy, the "
+    "operator's) past udp_mem's maximum. The TCP take's construction closes it",
+)
+@pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/udp_mem"), reason="no IPv4 UDP")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox"])
+async def test_class3_one_agents_sandbox_takes_the_hosts_udp_memory(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    config = _where(where)
+    if where == "bwrap-sandbox":
+        config += '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+    else:
+        config = config.replace(
+            "[agents.defaults.sandbox.docker]\n", '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+        )
+    udp_max = Path("/proc/sys/net/ipv4/udp_mem").read_text().split()[2]
+    script = f"cat > /tmp/udpmem.py <<'PYEOF'\n{_UDP_MEMORY}PYEOF\npython3 /tmp/udpmem.py {udp_max}"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
+
+
+# chmod(.., 04755) by the other ABIs an x86-64 kernel may take: i386 (`int $0x80`, nr 15), x32 (nr
+# 0x40000000|90); no libc, so nothing but the filter decides. Built at the test with the host's cc.
+_OTHER_ABI_C = r"""
+/* chmod("/tmp/setid-arch", 04755) by the i386 ABI (int $0x80, nr 15) and the x32 ABI. */
+static long sys3(long n, long a, long b, long c) {
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return r;
+}
+static long int80(long n, long a, long b) {
+    long r;
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(n), "b"(a), "c"(b) : "memory");
+    return r;
+}
+static char path[] = "/tmp/setid-arch";
+static void put(const char *s) {
+    long n = 0;
+    while (s[n]) n++;
+    sys3(1, 1, (long)s, n);
+}
+static void num(long v) {
+    char b[24];
+    int i = 23, neg = v < 0;
+    if (neg) v = -v;
+    b[i] = 0;
+    do { b[--i] = '0' + v % 10; v /= 10; } while (v);
+    if (neg) b[--i] = '-';
+    put(b + i);
+}
+void _start(void) {
+    sys3(3, sys3(2, (long)path, 0101 | 01000, 0755), 0, 0); /* open(O_WRONLY|O_CREAT|O_TRUNC), close */
+    put("i386 chmod: "); num(int80(15, (long)path, 04755)); put("\n");
+    put("x32 chmod: "); num(sys3(0x40000000L | 90, (long)path, 04755, 0)); put("\n");
+    char buf[256];
+    sys3(4, (long)path, (long)buf, 0); /* stat: st_mode at 24 on x86-64 */
+    unsigned int mode = *(unsigned int *)(buf + 24);
+    put(mode & 06000 ? "REACHED\n" : "SAFE\n");
+    sys3(60, 0, 0, 0);
+}
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64's other ABIs")
+@pytest.mark.skipif(shutil.which("cc") is None or shutil.which("base64") is None, reason="needs cc")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+async def test_class6_a_set_id_bit_by_another_abi_is_refused(
+    state_dir: Path, where: str, no_containers_left: None, tmp_path: Path
+) -> None:
+    """Held: i386's int 0x80 chmod (this kernel runs it: unconfined it sets the bit) dies of SIGSYS in
+    both sandboxes (their filters' arch check) and fails with EPERM in a host run (exechost-hostenter's
+    filter refuses any other arch, and x32's numbers)."""
+    config = _where(where)
+    (tmp_path / "arch.c").write_text(_OTHER_ABI_C)
+    build = ["cc", "-O1", "-static", "-nostdlib", "-fno-stack-protector", "-o", "arch", "arch.c"]
+    subprocess.run(build, cwd=tmp_path, check=True)
+    b64 = base64.b64encode((tmp_path / "arch").read_bytes()).decode()
+    script = (
+        f"d=/workspace; [ -w $d ] || d=/tmp; echo {b64} | base64 -d > $d/arch && chmod 755 $d/arch && $d/arch"
+    )
+    details = await attempt(state_dir, script, config=config)
+    assert "REACHED" not in details["_text"], details["_text"]
+
+
+# Netlink (NETLINK_USERSOCK: user sockets unicast to each other, no capability needed; AF_NETLINK is one of
+# the families every filter allows) datagrams queued to sockets that never read, each receive buffer as
+# large as net.core allows; /proc/net/netlink's Rmem is what each holds. At most 400 sockets: the probe
+# stops at its target (4x the sandbox's memory cap), never near the host's RAM.
+_NETLINK_MEMORY = """
+import socket, sys, resource, os
+want = int(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+NETLINK_USERSOCK = 2
+def rmem():
+    total = 0
+    for line in open("/proc/net/netlink").readlines()[1:]:
+        f = line.split()
+        if f[1] == str(NETLINK_USERSOCK):
+            total += int(f[4])
+    return total
+src = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK)
+src.bind((0, 0))
+src.setblocking(False)
+held = []
+why = ""
+while rmem() < want and len(held) < 400:
+    r = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    r.bind((0, 0))
+    held.append(r)
+    port = r.getsockname()[0]
+    while True:
+        try:
+            src.sendto(bytes(16) + b"x" * 60000, (port, 0))
+        except OSError as e:
+            why = os.strerror(e.errno)
+            break
+got = rmem()
+print("sockets", len(held), "queued", got >> 20, "MiB, then", why)
+print("REACHED" if got >= want else "SAFE")
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: netlink sockets' queued buffers are charged to no memory group and counted by no limit "
+    "of the host (TCP and UDP at least have tcp_mem/udp_mem): a sandbox capped at memory = 128m (bwrap "
+    "or Docker) queued 518 MiB to NETLINK_USERSOCK sockets of its own it never reads, 4x its cap (a "
+    "host run the same, by the same kernel path, though under its group's larger share); its fds allow "
+    "~8 MiB each (8,192 of them: 64 GiB "
+    "from one process), so one agent's command puts the host's kernel out of memory (unreclaimable: the "
+    "OOM killer chooses among every process of the host). Not closed by keeping only NETLINK_ROUTE: "
+    "its own replies to requests never read (RTM_GETLINK, 200,000 sends) fill 8 MiB per socket as well. "
+    "Closing the class: the sockets a run may hold times net.core's largest buffer within its agent's "
+    "RAM share (nofile x pids bounded), or no AF_NETLINK where no command needs it (sandboxes)",
+)
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+async def test_class3_one_agents_run_queues_netlink_buffers_past_its_memory_cap(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    config = _where(where)
+    if where == "bwrap-sandbox":
+        config += '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+    elif where == "docker-sandbox":
+        config = config.replace(
+            "[agents.defaults.sandbox.docker]\n", '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
+        )
+    want = 512 << 20  # 4x the sandboxes' 128 MB cap
+    script = f"cat > /tmp/nlmem.py <<'PYEOF'\n{_NETLINK_MEMORY}PYEOF\npython3 /tmp/nlmem.py {want}"
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "SAFE" in details["_text"], details["_text"]
+
+
+async def test_class3_a_docker_sandboxs_log_stays_capped(state_dir: Path, no_containers_left: None) -> None:
+    """Held: 16 MiB written to the container's log pipe (its init's stdout, reopened by the command as
+    the same uid) leave at most the json-file cap (64 KiB, one file) on the engine's disk."""
+    config = _where("docker-sandbox")
+    script = "head -c 16777216 /dev/zero | tr '\\0' 'x' | fold -w 1000 > /proc/1/fd/1 && echo wrote"
+    details = await attempt(state_dir, script, config=config)
+    assert "wrote" in details["_text"], details
+    name = details["ranOn"].split()[-1]  # `sandbox <container name>` (a pool spare may stand beside it)
+    path = docker_ops.client().api.inspect_container(name)["LogPath"]
+    logs = [p for p in Path(path).parent.iterdir() if p.name.startswith(Path(path).name)]
+    sizes = [(p.name, p.stat().st_size) for p in logs]
+    assert 0 < sum(size for _, size in sizes) <= 256 * 1024, sizes  # written to, and capped
