@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -380,3 +382,62 @@ async def test_class1_policy_check_hands_an_agent_the_digest_of_the_operators_pr
     leaked = digests.get(str(pin))
     found = [f"{n:04d}" for n in range(10_000) if hashlib.sha256(f"{n:04d}\n".encode()).hexdigest() == leaked]
     assert found == [], f"agent main recovered the operator's PIN {found} from policy.check"
+
+
+# ---- class 3: two agents' policy.check hold both decision workers for as long as a root file is long -----
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a large root-only file under /opt")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a file only root can change is hashed whole, with no size cap (digests.hash_fd; the 64 MiB "
+    "cap is for agent-writable files), inside the decision pool's two workers: two agents each naming a "
+    "large root file (a VM image, a backup; here a sparse 1 TiB one) in `policy.check sh FILE` hold both "
+    "workers for the length of the read, and the operator's own exec waits behind them",
+)
+async def test_class3_two_agents_hashing_root_files_hold_the_operators_exec(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST + listed("ops"))
+    ops_token = principals.mint(state_dir, "ops")
+    root = Path(tempfile.mkdtemp(prefix="eh-r18b-", dir="/opt"))
+    os.chmod(root, 0o755)
+    big = root / "disk.img"
+    with open(big, "wb") as fh:  # a large file only root changes (sparse: no disk is spent)
+        fh.truncate(1 << 40)
+    os.chmod(big, 0o644)
+
+    def hashing() -> int:
+        fds = os.listdir("/proc/self/fd")
+        return sum(1 for fd in fds if _target(f"/proc/self/fd/{fd}") == str(big))
+
+    try:
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            main = await connect(state_dir, operator=False)
+            ops = await connect(state_dir, operator=False, credential=ops_token)
+            checks = [
+                asyncio.ensure_future(agent.request("policy.check", {"command": f"sh {big}"}))
+                for agent in (main, ops)
+            ]
+            await wait_until(lambda: hashing() == 2)  # both decision workers are reading it now
+            own = asyncio.ensure_future(operator.request("exec", {"command": "echo operator"}))
+            try:
+                await wait_until(own.done)  # the operator's own exec, decided in its own queue
+                answered = True
+            except AssertionError:
+                answered = False
+            finally:
+                with open(big, "r+b") as fh:  # the reads end (a truncated file reads empty)
+                    fh.truncate(0)
+                await asyncio.gather(*checks, own, return_exceptions=True)
+            for client in (main, ops, operator):
+                await client.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert answered, "the operator's own exec waited behind two agents' policy.check"
+
+
+def _target(link: str) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return ""
