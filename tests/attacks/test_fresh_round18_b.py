@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -441,3 +442,28 @@ def _target(link: str) -> str:
         return os.readlink(link)
     except OSError:
         return ""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_class1_policy_check_echoes_no_value_of_a_private_trees_config(state_dir: Path) -> None:
+    """The defence held: `policy.check` in a 0700 tree the agent cannot read names the files that decide
+    (a Makefile, .git/config) but never a value from them (a token in a remote URL, an alias, a helper)."""
+    proj = Path(os.environ["HOME"]) / "private-repo"
+    proj.mkdir(mode=0o700)
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    with open(proj / ".git" / "config", "a") as fh:
+        fh.write(
+            "[core]\n\tfsmonitor = /bin/echo FSMON-SECRET\n\tpager = less PAGER-SECRET\n"
+            "[alias]\n\tx = !echo ALIAS-SECRET\n[credential]\n\thelper = store --file /CRED-SECRET\n"
+            '[remote "origin"]\n\turl = https://u:ghp_URLSECRET@example.com/r\n'
+        )
+    (proj / "Makefile").write_text("all:\n\t@echo $(shell cat MAKE-SECRET)\n")
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\nask = "on-miss"\n')
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        answers = [
+            json.dumps(await main.request("policy.check", {"command": command, "cwd": str(proj)}))
+            for command in ("git status", "git x", "git push", "make")
+        ]
+        await main.close()
+    assert not [a for a in answers if "SECRET" in a]
