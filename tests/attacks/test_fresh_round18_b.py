@@ -467,3 +467,38 @@ async def test_class1_policy_check_echoes_no_value_of_a_private_trees_config(sta
         ]
         await main.close()
     assert not [a for a in answers if "SECRET" in a]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: with no gateway link the console answers an exec-approvals.sock ask in its own inbox, and "
+    "the answer is handed to the waiting frame as it is: a socket token replaced while the ask waited "
+    "is not looked at again (the gateway's relay denies such an ask; the console's own inbox does not), "
+    "so the leaked token's `exec` frame runs on the operator's yes and main's allow-always is saved",
+)
+async def test_class1_the_consoles_own_inbox_runs_a_replaced_socket_tokens_exec_frame(
+    state_dir: Path,
+) -> None:
+    from console.app import ConsoleApp
+
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, leaked = store.socket_info()
+    target = work / "ran-with-the-old-token"
+    app = ConsoleApp(
+        state_dir, config_path=str(state_dir / "config.toml"), connect=False, autostart=False, bell=False
+    )
+    async with app.run_test():
+        await wait_until(lambda: app.socket_server is not None)
+        frame = {"command": ["/usr/bin/touch", str(target)], "cwd": str(work)}
+        sent = asyncio.ensure_future(request_exec(sock, leaked, frame, timeout=120))
+        rows = await wait_until(lambda: app.inbox.rows())
+        _replace_socket_token(state_dir / "exec-approvals.json")  # the leak is found: the token replaced
+        assert store.socket_token_now() != leaked
+        app.resolve(rows[0], "allow-always")  # the operator's yes in the console's own inbox
+        result = await sent
+    saved = [e.pattern for e in store.agent("main").allowlist]
+    assert result is not None
+    assert (result.get("ok"), target.exists(), saved) == (False, False, [])
