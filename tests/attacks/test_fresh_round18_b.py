@@ -402,8 +402,8 @@ async def test_class3_two_agents_hashing_root_files_hold_the_operators_exec(stat
     root = Path(tempfile.mkdtemp(prefix="eh-r18b-", dir="/opt"))
     os.chmod(root, 0o755)
     big = root / "disk.img"
-    with open(big, "wb") as fh:  # a large file only root changes (sparse: no disk is spent)
-        fh.truncate(1 << 40)
+    big.touch()
+    os.truncate(big, 1 << 40)  # a large file only root changes (sparse: no disk is spent)
     os.chmod(big, 0o644)
 
     def hashing() -> int:
@@ -427,8 +427,7 @@ async def test_class3_two_agents_hashing_root_files_hold_the_operators_exec(stat
             except AssertionError:
                 answered = False
             finally:
-                with open(big, "r+b") as fh:  # the reads end (a truncated file reads empty)
-                    fh.truncate(0)
+                os.truncate(big, 0)  # the reads end (a truncated file reads empty)
                 await asyncio.gather(*checks, own, return_exceptions=True)
             for client in (main, ops, operator):
                 await client.close()
