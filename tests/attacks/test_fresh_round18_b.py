@@ -501,3 +501,24 @@ async def test_class1_the_consoles_own_inbox_runs_a_replaced_socket_tokens_exec_
     saved = [e.pattern for e in store.agent("main").allowlist]
     assert result is not None
     assert (result.get("ok"), target.exists(), saved) == (False, False, [])
+
+
+async def test_class2_agent_main_finds_no_trace_of_the_operators_own_ask(state_dir: Path) -> None:
+    """The defence held: the operator's own ask (naming no agent: main's policy) is never one of main's,
+    by full id or by any one-character prefix of it, pending or decided."""
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        asked = await operator.request("exec", {"command": "/usr/bin/touch /tmp/operator-only"})
+        approval = str(asked["details"]["approvalId"])
+        for state in ("pending", "decided"):
+            for wanted in [approval, *"0123456789abcdef"]:
+                with pytest.raises(RemoteError, match="unknown or expired approval id"):
+                    await main.request("approvals.status", {"approvalId": wanted})
+            if state == "pending":
+                record = server.services.approvals.lookup(approval)
+                assert record is not None and record.operators
+                await operator.request("approve", {"id": approval, "decision": "deny"})
+        await main.close()
+        await operator.close()
