@@ -522,3 +522,39 @@ async def test_class2_agent_main_finds_no_trace_of_the_operators_own_ask(state_d
                 await operator.request("approve", {"id": approval, "decision": "deny"})
         await main.close()
         await operator.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: approvals.relay files a socket `request` frame's ask with the frame's own `security` and "
+    "`ask` (`req.security or decision.security`) and its offered decisions: the operator is shown main's "
+    "policy as security=full ask=off when it is allowlist/always, is offered allow-always though "
+    '`ask = "always"` never offers it (the gateway\'s own ask of the same command offers allow-once and '
+    "deny), and the client is answered allow-always",
+)
+async def test_class5_a_socket_request_frame_chooses_the_policy_the_operator_is_shown(
+    state_dir: Path,
+) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "always"\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        own = await main.request("exec", {"command": "/usr/bin/touch /tmp/by-main"})
+        assert own["details"]["allowedDecisions"] == ["allow-once", "deny"]  # the gateway's own ask
+        async with _hosted_socket(state_dir, console, store, sock):
+            body = {"command": "/usr/bin/touch /tmp/by-socket", "security": "full", "ask": "off"}
+            asked = asyncio.ensure_future(request_decision(sock, token, body, timeout=60))
+
+            async def shown() -> list[dict[str, Any]]:
+                rows = (await console.request("approvals.pending", {}))["approvals"]
+                return [row for row in rows if "by-socket" in row["command"]]
+
+            row = (await wait_until(shown))[0]
+            offered = (row["security"], row["ask"], row["allowedDecisions"])
+            await console.request("approve", {"id": row["id"], "decision": "deny"})
+            await asked
+        await main.close()
+        await console.close()
+    assert offered == ("allowlist", "always", ["allow-once", "deny"])
