@@ -558,3 +558,46 @@ async def test_class5_a_socket_request_frame_chooses_the_policy_the_operator_is_
         await main.close()
         await console.close()
     assert offered == ("allowlist", "always", ["allow-once", "deny"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the console falls back to its own inbox whenever the relay fails (RemoteError), and a "
+    "full share of main's asks makes it fail (APPROVAL_QUEUE_FULL): with the gateway up, main's 32 "
+    "waiting asks send the leaked socket token's `exec` frame to the console's own inbox, past the "
+    "gateway's proof of that token (fresh round 17 b), and after the token is replaced the operator's "
+    "yes there runs it",
+)
+async def test_class1_a_full_share_of_mains_asks_sends_a_socket_ask_past_the_gateways_proof(
+    state_dir: Path,
+) -> None:
+    from console.app import ConsoleApp
+
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, leaked = store.socket_info()
+    target = work / "ran-with-the-old-token"
+    async with gateway(state_dir) as server:
+        app = ConsoleApp(state_dir, config_path=str(state_dir / "config.toml"), autostart=False, bell=False)
+        async with app.run_test():
+            await wait_until(lambda: app.link.connected.is_set() and app.socket_server is not None)
+            main = await connect(state_dir, operator=False)
+            # Agent main fills its own share of waiting asks (32), as the gateway token's holder.
+            fills = [
+                asyncio.ensure_future(main.request("exec", {"command": f"/usr/bin/touch /tmp/fill-{n}"}))
+                for n in range(32)
+            ]
+            await wait_until(lambda: len(server.services.approvals.pending()) == 32)
+            frame = {"command": ["/usr/bin/touch", str(target)], "cwd": str(work)}
+            sent = asyncio.ensure_future(request_exec(sock, leaked, frame, timeout=120))
+            rows = await wait_until(lambda: [r for r in app.inbox.rows() if r.source == "socket"])
+            _replace_socket_token(state_dir / "exec-approvals.json")
+            app.resolve(rows[0], "allow-once")  # the operator's yes, in the console's inbox
+            result = await sent
+            for fill in fills:
+                fill.cancel()
+            await main.close()
+    assert result is not None
+    assert (result.get("ok"), target.exists()) == (False, False), result
