@@ -24,6 +24,7 @@ from engine.approvals.store import ApprovalsStore, generate_token
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.tools.exec_host import LocalExecHost
+from tests.attacks.rawclient import RawClient
 from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.webconsole import serve_web
 
@@ -601,3 +602,30 @@ async def test_class1_a_full_share_of_mains_asks_sends_a_socket_ask_past_the_gat
             await main.close()
     assert result is not None
     assert (result.get("ok"), target.exists()) == (False, False), result
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"type":"req","id":1,"method":"status","params":{"agentId":"\\ud800"}}',
+        '{"type":"req","id":1,"method":"exec","params":{"command":"true","timeout":NaN}}',
+        '{"type":"req","id":1,"method":"exec","params":{"command":"true","timeout":1e400}}',
+        '{"type":"req","id":1,"method":"process","params":{"action":"poll","timeout":' + "9" * 30 + "}}",
+        '{"type":"req","id":1,"method":"status","params":' + "[" * 70 + "]" * 70 + "}",
+    ],
+    ids=["lone-surrogate", "nan", "1e400", "huge-int", "deep"],
+)
+async def test_class5_what_no_encoder_sends_back_is_refused_at_the_wire(state_dir: Path, raw: str) -> None:
+    """The defence held: a frame holding what no peer's encoder writes back is answered `bad_frame` by its
+    id, and the connection goes on serving the agent."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        client, welcome = await RawClient.open(state_dir)
+        assert welcome["type"] == "welcome" and welcome["agent"] == "main"
+        client.reading(True)
+        client.writer.write(raw.encode() + b"\n")
+        await client.request("status", {})
+        answers = [json.loads(await asyncio.wait_for(client.reader.readline(), 30)) for _ in range(2)]
+        client.close()
+    assert answers[0]["ok"] is False and answers[0]["error"]["code"] == "bad_frame", answers[0]
+    assert answers[1]["ok"] is True and answers[1]["result"]["agent"] == "main", answers[1]
