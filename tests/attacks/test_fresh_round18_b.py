@@ -629,3 +629,31 @@ async def test_class5_what_no_encoder_sends_back_is_refused_at_the_wire(state_di
         client.close()
     assert answers[0]["ok"] is False and answers[0]["error"]["code"] == "bad_frame", answers[0]
     assert answers[1]["ok"] is True and answers[1]["result"]["agent"] == "main", answers[1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: approvals.relay files a socket `request` frame's ask whatever the gateway decides for it "
+    "(it never reads decision.verdict): under main's `security = \"deny\"`, where the gateway's own exec is "
+    "refused without asking, the socket client's ask is put to the operator and its yes is sent back as "
+    "allow-always to a client that runs the command itself",
+)
+async def test_class2_a_socket_request_frame_is_asked_for_a_denied_principal(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\nask = "on-miss"\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir) as server:
+        console = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        with pytest.raises(RemoteError, match="security=deny"):
+            await main.request("exec", {"command": "/usr/bin/touch /tmp/by-main"})
+        async with _hosted_socket(state_dir, console, store, sock):
+            body = {"command": "/usr/bin/touch /tmp/by-socket"}
+            asked = asyncio.ensure_future(request_decision(sock, token, body, timeout=60))
+            rows = await wait_until(lambda: server.services.approvals.pending() or asked.done())
+            if isinstance(rows, list):
+                await console.request("approve", {"id": rows[0].id, "decision": "allow-always"})
+            answer = await asked
+        await main.close()
+        await console.close()
+    assert answer == "deny"
