@@ -8,6 +8,9 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from engine.approvals.store import ApprovalsStore, generate_token
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.tools.exec_host import LocalExecHost
+from tests.attacks.rawclient import RawClient
 from tests.helpers.gateway import FULL, connect, gateway, listed, wait_until, write_config
 from tests.helpers.webconsole import serve_web
 
@@ -380,3 +384,276 @@ async def test_class1_policy_check_hands_an_agent_the_digest_of_the_operators_pr
     leaked = digests.get(str(pin))
     found = [f"{n:04d}" for n in range(10_000) if hashlib.sha256(f"{n:04d}\n".encode()).hexdigest() == leaked]
     assert found == [], f"agent main recovered the operator's PIN {found} from policy.check"
+
+
+# ---- class 3: two agents' policy.check hold both decision workers for as long as a root file is long -----
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a large root-only file under /opt")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a file only root can change is hashed whole, with no size cap (digests.hash_fd; the 64 MiB "
+    "cap is for agent-writable files), inside the decision pool's two workers: two agents each naming a "
+    "large root file (a VM image, a backup; here a sparse 1 TiB one) in `policy.check sh FILE` hold both "
+    "workers for the length of the read, and the operator's own exec waits behind them",
+)
+async def test_class3_two_agents_hashing_root_files_hold_the_operators_exec(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST + listed("ops"))
+    ops_token = principals.mint(state_dir, "ops")
+    root = Path(tempfile.mkdtemp(prefix="eh-r18b-", dir="/opt"))
+    os.chmod(root, 0o755)
+    big = root / "disk.img"
+    big.touch()
+    os.truncate(big, 1 << 40)  # a large file only root changes (sparse: no disk is spent)
+    os.chmod(big, 0o644)
+
+    def hashing() -> int:
+        fds = os.listdir("/proc/self/fd")
+        return sum(1 for fd in fds if _target(f"/proc/self/fd/{fd}") == str(big))
+
+    try:
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            main = await connect(state_dir, operator=False)
+            ops = await connect(state_dir, operator=False, credential=ops_token)
+            checks = [
+                asyncio.ensure_future(agent.request("policy.check", {"command": f"sh {big}"}))
+                for agent in (main, ops)
+            ]
+            await wait_until(lambda: hashing() == 2)  # both decision workers are reading it now
+            own = asyncio.ensure_future(operator.request("exec", {"command": "echo operator"}))
+            try:
+                await wait_until(own.done)  # the operator's own exec, decided in its own queue
+                answered = True
+            except AssertionError:
+                answered = False
+            finally:
+                os.truncate(big, 0)  # the reads end (a truncated file reads empty)
+                await asyncio.gather(*checks, own, return_exceptions=True)
+            for client in (main, ops, operator):
+                await client.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert answered, "the operator's own exec waited behind two agents' policy.check"
+
+
+def _target(link: str) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_class1_policy_check_echoes_no_value_of_a_private_trees_config(state_dir: Path) -> None:
+    """The defence held: `policy.check` in a 0700 tree the agent cannot read names the files that decide
+    (a Makefile, .git/config) but never a value from them (a token in a remote URL, an alias, a helper)."""
+    proj = Path(os.environ["HOME"]) / "private-repo"
+    proj.mkdir(mode=0o700)
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    with open(proj / ".git" / "config", "a") as fh:
+        fh.write(
+            "[core]\n\tfsmonitor = /bin/echo FSMON-SECRET\n\tpager = less PAGER-SECRET\n"
+            "[alias]\n\tx = !echo ALIAS-SECRET\n[credential]\n\thelper = store --file /CRED-SECRET\n"
+            '[remote "origin"]\n\turl = https://u:ghp_URLSECRET@example.com/r\n'
+        )
+    (proj / "Makefile").write_text("all:\n\t@echo $(shell cat MAKE-SECRET)\n")
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\nask = "on-miss"\n')
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        answers = [
+            json.dumps(await main.request("policy.check", {"command": command, "cwd": str(proj)}))
+            for command in ("git status", "git x", "git push", "make")
+        ]
+        await main.close()
+    assert not [a for a in answers if "SECRET" in a]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: with no gateway link the console answers an exec-approvals.sock ask in its own inbox, and "
+    "the answer is handed to the waiting frame as it is: a socket token replaced while the ask waited "
+    "is not looked at again (the gateway's relay denies such an ask; the console's own inbox does not), "
+    "so the leaked token's `exec` frame runs on the operator's yes and main's allow-always is saved",
+)
+async def test_class1_the_consoles_own_inbox_runs_a_replaced_socket_tokens_exec_frame(
+    state_dir: Path,
+) -> None:
+    from console.app import ConsoleApp
+
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, leaked = store.socket_info()
+    target = work / "ran-with-the-old-token"
+    app = ConsoleApp(
+        state_dir, config_path=str(state_dir / "config.toml"), connect=False, autostart=False, bell=False
+    )
+    async with app.run_test():
+        await wait_until(lambda: app.socket_server is not None)
+        frame = {"command": ["/usr/bin/touch", str(target)], "cwd": str(work)}
+        sent = asyncio.ensure_future(request_exec(sock, leaked, frame, timeout=120))
+        rows = await wait_until(lambda: app.inbox.rows())
+        _replace_socket_token(state_dir / "exec-approvals.json")  # the leak is found: the token replaced
+        assert store.socket_token_now() != leaked
+        app.resolve(rows[0], "allow-always")  # the operator's yes in the console's own inbox
+        result = await sent
+    saved = [e.pattern for e in store.agent("main").allowlist]
+    assert result is not None
+    assert (result.get("ok"), target.exists(), saved) == (False, False, [])
+
+
+async def test_class2_agent_main_finds_no_trace_of_the_operators_own_ask(state_dir: Path) -> None:
+    """The defence held: the operator's own ask (naming no agent: main's policy) is never one of main's,
+    by full id or by any one-character prefix of it, pending or decided."""
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        asked = await operator.request("exec", {"command": "/usr/bin/touch /tmp/operator-only"})
+        approval = str(asked["details"]["approvalId"])
+        for state in ("pending", "decided"):
+            for wanted in [approval, *"0123456789abcdef"]:
+                with pytest.raises(RemoteError, match="unknown or expired approval id"):
+                    await main.request("approvals.status", {"approvalId": wanted})
+            if state == "pending":
+                record = server.services.approvals.lookup(approval)
+                assert record is not None and record.operators
+                await operator.request("approve", {"id": approval, "decision": "deny"})
+        await main.close()
+        await operator.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: approvals.relay files a socket `request` frame's ask with the frame's own `security` and "
+    "`ask` (`req.security or decision.security`) and its offered decisions: the operator is shown main's "
+    "policy as security=full ask=off when it is allowlist/always, is offered allow-always though "
+    '`ask = "always"` never offers it (the gateway\'s own ask of the same command offers allow-once and '
+    "deny), and the client is answered allow-always",
+)
+async def test_class5_a_socket_request_frame_chooses_the_policy_the_operator_is_shown(
+    state_dir: Path,
+) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "always"\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        own = await main.request("exec", {"command": "/usr/bin/touch /tmp/by-main"})
+        assert own["details"]["allowedDecisions"] == ["allow-once", "deny"]  # the gateway's own ask
+        async with _hosted_socket(state_dir, console, store, sock):
+            body = {"command": "/usr/bin/touch /tmp/by-socket", "security": "full", "ask": "off"}
+            asked = asyncio.ensure_future(request_decision(sock, token, body, timeout=60))
+
+            async def shown() -> list[dict[str, Any]]:
+                rows = (await console.request("approvals.pending", {}))["approvals"]
+                return [row for row in rows if "by-socket" in row["command"]]
+
+            row = (await wait_until(shown))[0]
+            offered = (row["security"], row["ask"], row["allowedDecisions"])
+            await console.request("approve", {"id": row["id"], "decision": "deny"})
+            await asked
+        await main.close()
+        await console.close()
+    assert offered == ("allowlist", "always", ["allow-once", "deny"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the console falls back to its own inbox whenever the relay fails (RemoteError), and a "
+    "full share of main's asks makes it fail (APPROVAL_QUEUE_FULL): with the gateway up, main's 32 "
+    "waiting asks send the leaked socket token's `exec` frame to the console's own inbox, past the "
+    "gateway's proof of that token (fresh round 17 b), and after the token is replaced the operator's "
+    "yes there runs it",
+)
+async def test_class1_a_full_share_of_mains_asks_sends_a_socket_ask_past_the_gateways_proof(
+    state_dir: Path,
+) -> None:
+    from console.app import ConsoleApp
+
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, leaked = store.socket_info()
+    target = work / "ran-with-the-old-token"
+    async with gateway(state_dir) as server:
+        app = ConsoleApp(state_dir, config_path=str(state_dir / "config.toml"), autostart=False, bell=False)
+        async with app.run_test():
+            await wait_until(lambda: app.link.connected.is_set() and app.socket_server is not None)
+            main = await connect(state_dir, operator=False)
+            # Agent main fills its own share of waiting asks (32), as the gateway token's holder.
+            fills = [
+                asyncio.ensure_future(main.request("exec", {"command": f"/usr/bin/touch /tmp/fill-{n}"}))
+                for n in range(32)
+            ]
+            await wait_until(lambda: len(server.services.approvals.pending()) == 32)
+            frame = {"command": ["/usr/bin/touch", str(target)], "cwd": str(work)}
+            sent = asyncio.ensure_future(request_exec(sock, leaked, frame, timeout=120))
+            rows = await wait_until(lambda: [r for r in app.inbox.rows() if r.source == "socket"])
+            _replace_socket_token(state_dir / "exec-approvals.json")
+            app.resolve(rows[0], "allow-once")  # the operator's yes, in the console's inbox
+            result = await sent
+            for fill in fills:
+                fill.cancel()
+            await main.close()
+    assert result is not None
+    assert (result.get("ok"), target.exists()) == (False, False), result
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"type":"req","id":1,"method":"status","params":{"agentId":"\\ud800"}}',
+        '{"type":"req","id":1,"method":"exec","params":{"command":"true","timeout":NaN}}',
+        '{"type":"req","id":1,"method":"exec","params":{"command":"true","timeout":1e400}}',
+        '{"type":"req","id":1,"method":"process","params":{"action":"poll","timeout":' + "9" * 30 + "}}",
+        '{"type":"req","id":1,"method":"status","params":' + "[" * 70 + "]" * 70 + "}",
+    ],
+    ids=["lone-surrogate", "nan", "1e400", "huge-int", "deep"],
+)
+async def test_class5_what_no_encoder_sends_back_is_refused_at_the_wire(state_dir: Path, raw: str) -> None:
+    """The defence held: a frame holding what no peer's encoder writes back is answered `bad_frame` by its
+    id, and the connection goes on serving the agent."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        client, welcome = await RawClient.open(state_dir)
+        assert welcome["type"] == "welcome" and welcome["agent"] == "main"
+        client.reading(True)
+        client.writer.write(raw.encode() + b"\n")
+        await client.request("status", {})
+        answers = [json.loads(await asyncio.wait_for(client.reader.readline(), 30)) for _ in range(2)]
+        client.close()
+    assert answers[0]["ok"] is False and answers[0]["error"]["code"] == "bad_frame", answers[0]
+    assert answers[1]["ok"] is True and answers[1]["result"]["agent"] == "main", answers[1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: approvals.relay files a socket `request` frame's ask whatever the gateway decides for it "
+    "(it never reads decision.verdict): under main's `security = \"deny\"`, where the gateway's own exec is "
+    "refused without asking, the socket client's ask is put to the operator and its yes is sent back as "
+    "allow-always to a client that runs the command itself",
+)
+async def test_class2_a_socket_request_frame_is_asked_for_a_denied_principal(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\nask = "on-miss"\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir) as server:
+        console = await connect(state_dir)
+        main = await connect(state_dir, operator=False)
+        with pytest.raises(RemoteError, match="security=deny"):
+            await main.request("exec", {"command": "/usr/bin/touch /tmp/by-main"})
+        async with _hosted_socket(state_dir, console, store, sock):
+            body = {"command": "/usr/bin/touch /tmp/by-socket"}
+            asked = asyncio.ensure_future(request_decision(sock, token, body, timeout=60))
+            rows = await wait_until(lambda: server.services.approvals.pending() or asked.done())
+            if isinstance(rows, list):
+                await console.request("approve", {"id": rows[0].id, "decision": "allow-always"})
+            answer = await asked
+        await main.close()
+        await console.close()
+    assert answer == "deny"
