@@ -531,3 +531,58 @@ async def test_class7_a_nodes_id_pinned_on_a_full_disk_stays_its_own_after_a_res
         assert row["nodeId"] != alpha_id, row
     finally:
         subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+@needs_root
+@needs_bwrap
+@pytest.mark.parametrize(
+    "disk",
+    [
+        "room",
+        pytest.param(
+            "no-inodes",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: gatewaydirs.record_root records a sandbox workspace root best effort and marks "
+                "it done in the process even when the write failed: a root first used while the home has no "
+                "inode left is never recorded, so once the config stops naming it (its agent retired) what "
+                "that agent's sandboxes wrote there is every other agent's to read in its host view",
+            ),
+        ),
+    ],
+)
+async def test_class7_a_retired_agents_sandbox_workspaces_stay_covered_after_a_full_home_disk(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, disk: str
+) -> None:
+    """Round 15 b covers every workspace root ever used (a `w-` record written as a workspace is made),
+    not only the config's now. Made while the home has no inode left, the record is lost; ops is retired
+    and main's host run reads what ops's sandbox wrote in its workspace."""
+    root = state_dir.parent
+    ws = root / "ops-ws"
+    base = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+    ops = (
+        '\n[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\nhost = "sandbox"\nsecurity = "full"\n'
+        f'ask = "off"\n[agents.list.sandbox]\nmode = "all"\nbackend = "bwrap"\nworkspaceRoot = "{ws}"\n'
+    )
+    with _small_home(root / "h2") as home:
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))
+        gatewaydirs.record(str(home), str(state_dir))
+        ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/grep")
+        write_config(state_dir, base + ops)
+        async with gateway(state_dir):
+            op = await connect(state_dir)
+            try:
+                await op.request("exec", {"command": "/usr/bin/grep -c x /dev/null", "agentId": "main"})
+                filler = _exhaust_inodes(home / "fill") if disk == "no-inodes" else []
+                wrote = await op.request(
+                    "exec", {"command": "echo ops-ws-3d9b > /workspace/notes", "agentId": "ops"}
+                )
+                assert wrote["details"]["status"] == "completed", wrote
+                for path in filler:  # room again: nothing records the root now
+                    path.unlink()
+                write_config(state_dir, base + "# ops retired\n")
+                read = await op.request("exec", {"command": f"grep -rs ops-ws-3d9b {ws}", "agentId": "main"})
+            finally:
+                await op.close()
+    assert "ops-ws-3d9b" not in read["text"], read["text"][:300]
