@@ -586,3 +586,44 @@ async def test_class7_a_retired_agents_sandbox_workspaces_stay_covered_after_a_f
             finally:
                 await op.close()
     assert "ops-ws-3d9b" not in read["text"], read["text"][:300]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's session.started row reaches the operators' consoles with the scopeKey the node "
+    "wrote (node_events.session_row keeps it as the node sent it): a compromised node files its session "
+    "under an agent it never served (no key given to it), and the console's /exec on that session "
+    "(`directive_target`) overrides that agent's scope",
+)
+async def test_class2_a_nodes_session_row_names_no_agent_it_was_not_given(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    """The gateway files a node's notices under keys it gave that node (NodeKeys.given); its session rows
+    for the operators' consoles carry the node's own scopeKey. beta, compromised, announces a session of
+    `agent:ops:main`: ops is not even allowed on beta, and no run of ops ever went there."""
+    from tests.helpers.gateway import wait_until
+    from tests.helpers.hostile_node import Hostile, event
+
+    _alpha, beta = sshd_nodes
+    list_text = (state_dir / "config.toml").read_text() + '\n[[agents.list]]\nid = "ops"\nnodes = []\n'
+    write_config(state_dir, list_text)
+    hostile = Hostile(beta, state_dir)
+    async with gateway(state_dir) as server:
+        op = await connect(state_dir)
+        try:
+            await op.subscribe(["sessions"])
+            rows = (await op.request("nodes.status", {"ping": True}))["nodes"]
+            assert {r["name"]: r for r in rows}["beta"]["state"] == "connected", rows
+            row = {"sessionId": "s1", "scopeKey": "agent:ops:main", "status": "running", "command": "make"}
+            # then a frame surely dropped: once it is counted, the row before it was handled
+            await hostile.inject(event("session.started", session=row), event("no.such.event"))
+            await wait_until(lambda: server.services.nodes.dropped >= 1)
+            await op.request("status", {})  # what the row sent this connection is before this answer
+            seen = []
+            while not op._events.empty():
+                ev = op._events.get_nowait()
+                if ev is not None and str(ev.data.get("sessionId", "")).startswith("node:beta:"):
+                    seen.append(ev.data)
+        finally:
+            await op.close()
+    assert all(r.get("scopeKey") != "agent:ops:main" for r in seen), seen
