@@ -708,3 +708,48 @@ async def test_class6_a_known_hosts_file_another_account_may_write_is_refused(
         relay.wait()
     row = {r["name"]: r for r in rows}["alpha"]
     assert row["state"] != "connected", row
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a Docker sandbox's seccompProfile file is read as found, whoever may write it "
+    "(docker_ops._seccomp_value opens the path at each container's creation; only the word `unconfined` "
+    "is refused): another account that may write its dir swaps in an allow-all profile, and the next "
+    "sandbox runs with no syscall filter (unshare of a user namespace, and the rest, allowed)",
+)
+async def test_class6_a_seccomp_profile_another_account_may_write_is_refused(state_dir: Path) -> None:
+    """The operator's team keeps the sandboxes' seccomp profile in a team dir (group-writable by another
+    account); the profile is exechost's own at first. The other account replaces it with one whose
+    default action is ALLOW: the next sandbox made (a recreate) unshares a user namespace."""
+    from engine.sandbox import dockerseccomp
+    from tests.helpers.sandbox import build_test_image
+
+    image = build_test_image()  # (skips when Docker is absent)
+    team, _mine, _other = _config_dirs(state_dir)
+    profile = team / "seccomp.json"
+    profile.write_text(dockerseccomp.profile_json())
+    os.chmod(profile, 0o644)
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "docker"\n'
+        f'[agents.defaults.sandbox.docker]\nimage = "{image}"\nseccompProfile = "{profile}"\n',
+    )
+    seen = []
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            for turn in range(2):
+                read = await op.request("exec", {"command": "unshare -U id", "agentId": "main"})
+                seen.append("uid=" in read["text"])
+                if turn == 0:  # the other account's swap (a rename in the team dir), then a new sandbox
+                    allow = team / ".allow.json"
+                    _as_nobody("sh", "-c", f'echo \'{{"defaultAction":"SCMP_ACT_ALLOW"}}\' > {allow}')
+                    _as_nobody("mv", "-f", str(allow), str(profile))
+                    await op.request("sandbox.recreate", {"all": True})
+        finally:
+            with contextlib.suppress(Exception):
+                await op.request("sandbox.recreate", {"all": True})
+            await op.close()
+    assert seen == [False, False], seen
