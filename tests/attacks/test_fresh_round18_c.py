@@ -753,3 +753,49 @@ async def test_class6_a_seccomp_profile_another_account_may_write_is_refused(sta
                 await op.request("sandbox.recreate", {"all": True})
             await op.close()
     assert seen == [False, False], seen
+
+
+@needs_root
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a bwrap sandbox's `rootfs` tree is bound read-only as found, whoever may write it "
+    "(bindsource judges the owner of writable binds only): another account that may write the tree "
+    "replaces the programs every sandboxed command of the agent runs, and reads what they are handed",
+)
+async def test_class6_a_bwrap_rootfs_another_account_may_write_is_refused(state_dir: Path) -> None:
+    """The operator's sandboxes use a rootfs tree kept in a team dir (its top dirs group-writable by
+    another account, as a shared build area is). The other account puts a program of its own in the
+    tree's /bin, and the agent's next sandboxed command runs it."""
+    from tests.helpers.sandbox import build_test_image
+
+    image = build_test_image()  # (skips when Docker is absent): its busybox tree is the rootfs
+    team, _mine, _other = _config_dirs(state_dir)
+    tree = team / "rootfs"
+    tree.mkdir()
+    made = subprocess.run(["docker", "create", image, "true"], check=True, capture_output=True, text=True)
+    cid = made.stdout.strip()
+    try:
+        exported = subprocess.run(["docker", "export", cid], check=True, capture_output=True)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], check=False, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=exported.stdout, check=True)
+    os.chown(tree / "bin", 0, NOBODY)
+    os.chmod(tree / "bin", 0o775)  # the team's build area: the other account may write it
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+        f'[agents.defaults.sandbox.bwrap]\nrootfs = "{tree}"\n',
+    )
+    planted = tree / "bin" / "make"
+    _as_nobody(
+        "sh", "-c", f"printf '#!/bin/sh\\necho planted-by-nobody\\n' > {planted} && chmod 755 {planted}"
+    )
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            read = await op.request("exec", {"command": "make", "agentId": "main"})
+        finally:
+            await op.close()
+    assert "planted-by-nobody" not in read["text"], read["text"][:300]
