@@ -799,3 +799,31 @@ async def test_class6_a_bwrap_rootfs_another_account_may_write_is_refused(state_
         finally:
             await op.close()
     assert "planted-by-nobody" not in read["text"], read["text"][:300]
+
+
+@needs_root
+async def test_class6_a_docker_bind_source_outside_the_allowed_roots_is_refused(state_dir: Path) -> None:
+    """Held: binds = ["<team>/data:/data:ro"], the team's data dir in a dir another account may write
+    (which could swap it for a link to the gateway's state dir before the daemon resolves it): a bind
+    source outside the sandbox's allowed roots is refused without the dangerous override."""
+    from tests.helpers.sandbox import build_test_image
+
+    image = build_test_image()  # (skips when Docker is absent)
+    team, _mine, _other = _config_dirs(state_dir)
+    data = team / "data"
+    data.mkdir()
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "docker"\n'
+        f'[agents.defaults.sandbox.docker]\nimage = "{image}"\nbinds = ["{data}:/data:ro"]\n',
+    )
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            with pytest.raises(RemoteError, match="outside allowed roots"):
+                await op.request("exec", {"command": "ls /data", "agentId": "main"})
+        finally:
+            with contextlib.suppress(Exception):
+                await op.request("sandbox.recreate", {"all": True})
+            await op.close()
