@@ -48,7 +48,7 @@ def _small_home(where: Path) -> Iterator[Path]:
 def _exhaust_inodes(directory: Path) -> list[Path]:
     """Create empty files until the filesystem has no inode left; returns them (to free them again)."""
     directory.mkdir()
-    made = []
+    made: list[Path] = []
     for i in range(100_000):
         path = directory / f"f{i}"
         try:
@@ -238,16 +238,19 @@ DENYING = '[tools.exec]\nhost = "sandbox"\nsecurity = "deny"\n' + SANDBOXED
 FULL = '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n' + SANDBOXED
 
 
+def _become_nobody() -> None:
+    """In the child, before exec: the other account (nobody), with no group of ours."""
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+
+
 def _as_nobody(*argv: str) -> None:
     """A command of another account on this machine (nobody): the one sharing the sticky dir."""
     subprocess.run(
         argv,
         check=True,
-        preexec_fn=lambda: (
-            os.setgroups([]),
-            os.setresgid(NOBODY, NOBODY, NOBODY),
-            os.setresuid(NOBODY, NOBODY, NOBODY),
-        )[-1],  # type: ignore[func-returns-value]
+        preexec_fn=_become_nobody,
     )
 
 
@@ -684,11 +687,7 @@ async def test_class6_a_known_hosts_file_another_account_may_write_is_refused(
     relay = subprocess.Popen(
         ["/usr/bin/python3", "-c", _RELAY, f"{alpha.addr}:{alpha.port}", f"{beta.addr}:{beta.port}"],
         stdout=subprocess.PIPE,
-        preexec_fn=lambda: (
-            os.setgroups([]),
-            os.setresgid(NOBODY, NOBODY, NOBODY),
-            os.setresuid(NOBODY, NOBODY, NOBODY),
-        )[-1],  # type: ignore[func-returns-value]
+        preexec_fn=_become_nobody,
     )
     try:
         assert relay.stdout is not None and relay.stdout.readline() == b"up\n"
