@@ -48,7 +48,7 @@ def _small_home(where: Path) -> Iterator[Path]:
 def _exhaust_inodes(directory: Path) -> list[Path]:
     """Create empty files until the filesystem has no inode left; returns them (to free them again)."""
     directory.mkdir()
-    made = []
+    made: list[Path] = []
     for i in range(100_000):
         path = directory / f"f{i}"
         try:
@@ -238,16 +238,19 @@ DENYING = '[tools.exec]\nhost = "sandbox"\nsecurity = "deny"\n' + SANDBOXED
 FULL = '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n' + SANDBOXED
 
 
+def _become_nobody() -> None:
+    """In the child, before exec: the other account (nobody), with no group of ours."""
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+
+
 def _as_nobody(*argv: str) -> None:
     """A command of another account on this machine (nobody): the one sharing the sticky dir."""
     subprocess.run(
         argv,
         check=True,
-        preexec_fn=lambda: (
-            os.setgroups([]),
-            os.setresgid(NOBODY, NOBODY, NOBODY),
-            os.setresuid(NOBODY, NOBODY, NOBODY),
-        )[-1],  # type: ignore[func-returns-value]
+        preexec_fn=_become_nobody,
     )
 
 
@@ -472,3 +475,354 @@ async def test_class7_a_joined_allow_once_killed_before_its_spawn_runs_each_requ
     ran = marker.read_text().splitlines() if marker.exists() else []
     print("ran", len(ran))
     assert len(ran) <= 2
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "disk",
+    [
+        "room",
+        pytest.param(
+            "full",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: NodeKeys.pin keeps a node's id in memory when node-keys.json cannot be "
+                "written (a full state disk) and the run goes ahead; after a restart the pin is gone, so "
+                "another configured node (a compromised one) presents the first node's id and is taken "
+                "as it: selection by that id, the inbox's node id and its ask caps are then its",
+            ),
+        ),
+    ],
+)
+async def test_class7_a_nodes_id_pinned_on_a_full_disk_stays_its_own_after_a_restart(
+    state_dir: Path, sshd_nodes: list[Any], disk: str
+) -> None:
+    """The first node to present a node id keeps it (node-keys.json), so no other node can pass itself
+    off as that one, up or down. Pinned while the state disk is full, the pin lives only in the process:
+    after a restart a compromised beta presents alpha's id while alpha is down, and is connected as it."""
+    from engine.nodes.gateway_key import GatewayKey
+    from tests.helpers.hostile_node import Hostile
+
+    alpha, beta = sshd_nodes
+    text = (state_dir / "config.toml").read_text()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(state_dir)], check=True)
+    try:
+        write_config(state_dir, text)
+        hostile = Hostile(beta, state_dir, node_id="beta-own")
+        GatewayKey.load_or_create(state_dir)  # made at an earlier start (the links prove it)
+        async with gateway(state_dir):
+            op = await connect(state_dir)
+            try:
+                filler = _fill_bytes(state_dir) if disk == "full" else None
+                rows = (await op.request("nodes.status", {"ping": True}))["nodes"]
+            finally:
+                await op.close()
+        by_name = {r["name"]: r for r in rows}
+        assert by_name["alpha"]["state"] == "connected", by_name["alpha"]
+        alpha_id = by_name["alpha"]["nodeId"]
+        if filler is not None:
+            filler.unlink()  # room again
+        alpha.stop()  # alpha is down
+        hostile.hello(alpha_id)  # beta, compromised, now says it is alpha
+        async with gateway(state_dir):
+            op = await connect(state_dir)
+            try:
+                rows = (await op.request("nodes.status", {"ping": True}))["nodes"]
+            finally:
+                await op.close()
+        row = {r["name"]: r for r in rows}["beta"]
+        assert row["nodeId"] != alpha_id, row
+    finally:
+        subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+@needs_root
+@needs_bwrap
+@pytest.mark.parametrize(
+    "disk",
+    [
+        "room",
+        pytest.param(
+            "no-inodes",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: gatewaydirs.record_root records a sandbox workspace root best effort and marks "
+                "it done in the process even when the write failed: a root first used while the home has no "
+                "inode left is never recorded, so once the config stops naming it (its agent retired) what "
+                "that agent's sandboxes wrote there is every other agent's to read in its host view",
+            ),
+        ),
+    ],
+)
+async def test_class7_a_retired_agents_sandbox_workspaces_stay_covered_after_a_full_home_disk(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, disk: str
+) -> None:
+    """Round 15 b covers every workspace root ever used (a `w-` record written as a workspace is made),
+    not only the config's now. Made while the home has no inode left, the record is lost; ops is retired
+    and main's host run reads what ops's sandbox wrote in its workspace."""
+    root = state_dir.parent
+    ws = root / "ops-ws"
+    base = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+    ops = (
+        '\n[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\nhost = "sandbox"\nsecurity = "full"\n'
+        f'ask = "off"\n[agents.list.sandbox]\nmode = "all"\nbackend = "bwrap"\nworkspaceRoot = "{ws}"\n'
+    )
+    with _small_home(root / "h2") as home:
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("EXECHOST_HOST_HOME", str(home))
+        gatewaydirs.record(str(home), str(state_dir))
+        ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/grep")
+        write_config(state_dir, base + ops)
+        async with gateway(state_dir):
+            op = await connect(state_dir)
+            try:
+                await op.request("exec", {"command": "/usr/bin/grep -c x /dev/null", "agentId": "main"})
+                filler = _exhaust_inodes(home / "fill") if disk == "no-inodes" else []
+                wrote = await op.request(
+                    "exec", {"command": "echo ops-ws-3d9b > /workspace/notes", "agentId": "ops"}
+                )
+                assert wrote["details"]["status"] == "completed", wrote
+                for path in filler:  # room again: nothing records the root now
+                    path.unlink()
+                write_config(state_dir, base + "# ops retired\n")
+                read = await op.request("exec", {"command": f"grep -rs ops-ws-3d9b {ws}", "agentId": "main"})
+            finally:
+                await op.close()
+    assert "ops-ws-3d9b" not in read["text"], read["text"][:300]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's session.started row reaches the operators' consoles with the scopeKey the node "
+    "wrote (node_events.session_row keeps it as the node sent it): a compromised node files its session "
+    "under an agent it never served (no key given to it), and the console's /exec on that session "
+    "(`directive_target`) overrides that agent's scope",
+)
+async def test_class2_a_nodes_session_row_names_no_agent_it_was_not_given(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    """The gateway files a node's notices under keys it gave that node (NodeKeys.given); its session rows
+    for the operators' consoles carry the node's own scopeKey. beta, compromised, announces a session of
+    `agent:ops:main`: ops is not even allowed on beta, and no run of ops ever went there."""
+    from tests.helpers.gateway import wait_until
+    from tests.helpers.hostile_node import Hostile, event
+
+    _alpha, beta = sshd_nodes
+    list_text = (state_dir / "config.toml").read_text() + '\n[[agents.list]]\nid = "ops"\nnodes = []\n'
+    write_config(state_dir, list_text)
+    hostile = Hostile(beta, state_dir)
+    async with gateway(state_dir) as server:
+        op = await connect(state_dir)
+        try:
+            await op.subscribe(["sessions"])
+            rows = (await op.request("nodes.status", {"ping": True}))["nodes"]
+            assert {r["name"]: r for r in rows}["beta"]["state"] == "connected", rows
+            row = {"sessionId": "s1", "scopeKey": "agent:ops:main", "status": "running", "command": "make"}
+            # then a frame surely dropped: once it is counted, the row before it was handled
+            await hostile.inject(event("session.started", session=row), event("no.such.event"))
+            await wait_until(lambda: server.services.nodes.dropped >= 1)
+            await op.request("status", {})  # what the row sent this connection is before this answer
+            seen = []
+            while not op._events.empty():
+                ev = op._events.get_nowait()
+                if ev is not None and str(ev.data.get("sessionId", "")).startswith("node:beta:"):
+                    seen.append(ev.data)
+        finally:
+            await op.close()
+    assert all(r.get("scopeKey") != "agent:ops:main" for r in seen), seen
+
+
+_RELAY = """
+import socket, sys, threading
+src, dst = sys.argv[1], sys.argv[2]
+def pair(a, b):
+    try:
+        while (data := a.recv(65536)):
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+host, port = src.rsplit(":", 1)
+srv = socket.create_server((host, int(port)))
+print("up", flush=True)
+while True:
+    c, _ = srv.accept()
+    h, p = dst.rsplit(":", 1)
+    u = socket.create_connection((h, int(p)))
+    threading.Thread(target=pair, args=(c, u), daemon=True).start()
+    threading.Thread(target=pair, args=(u, c), daemon=True).start()
+"""
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's knownHosts file is read as found, by path, whoever may write it (the config file "
+    "itself is refused when another account may change it, engine.config.loader): another account that may "
+    "write it puts its own server's key under the node's address, and while the node is down serves that "
+    "address (an unprivileged port on loopback, or any network position), so the gateway links to its "
+    "server as that node and sends it the node's runs",
+)
+async def test_class6_a_known_hosts_file_another_account_may_write_is_refused(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    """The team's known_hosts is group-writable by another account (nobody). With alpha down, nobody
+    relays alpha's address to a server of its choice (an sshd that is no node of this gateway's) and
+    writes that server's key for alpha's address: the gateway's link to alpha is up, to the wrong
+    machine."""
+
+    alpha, beta = sshd_nodes
+    root = state_dir.parent
+    kh = alpha.known_hosts
+    for d in (root, kh.parent):
+        os.chmod(d, 0o711)
+    os.chown(kh, 0, NOBODY)
+    os.chmod(kh, 0o664)
+    write_config(state_dir, alpha.config_toml())  # beta is the other account's server, no node of ours
+    alpha.stop()  # alpha is down (its address and port free)
+    relay = subprocess.Popen(
+        ["/usr/bin/python3", "-c", _RELAY, f"{alpha.addr}:{alpha.port}", f"{beta.addr}:{beta.port}"],
+        stdout=subprocess.PIPE,
+        preexec_fn=_become_nobody,
+    )
+    try:
+        assert relay.stdout is not None and relay.stdout.readline() == b"up\n"
+        key = (beta.root / "host_ed25519.pub").read_text().split()
+        lines = (
+            f"[{alpha.addr}]:{alpha.port} {key[0]} {key[1]}\n[{beta.addr}]:{beta.port} {key[0]} {key[1]}\n"
+        )
+        _as_nobody("sh", "-c", f"printf '%s' '{lines}' > {kh}")  # the other account's edit
+        async with gateway(state_dir):
+            op = await connect(state_dir)
+            try:
+                rows = (await op.request("nodes.status", {"ping": True}))["nodes"]
+            finally:
+                await op.close()
+    finally:
+        relay.kill()
+        relay.wait()
+    row = {r["name"]: r for r in rows}["alpha"]
+    assert row["state"] != "connected", row
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a Docker sandbox's seccompProfile file is read as found, whoever may write it "
+    "(docker_ops._seccomp_value opens the path at each container's creation; only the word `unconfined` "
+    "is refused): another account that may write its dir swaps in an allow-all profile, and the next "
+    "sandbox runs with no syscall filter (unshare of a user namespace, and the rest, allowed)",
+)
+async def test_class6_a_seccomp_profile_another_account_may_write_is_refused(state_dir: Path) -> None:
+    """The operator's team keeps the sandboxes' seccomp profile in a team dir (group-writable by another
+    account); the profile is exechost's own at first. The other account replaces it with one whose
+    default action is ALLOW: the next sandbox made (a recreate) unshares a user namespace."""
+    from engine.sandbox import dockerseccomp
+    from tests.helpers.sandbox import build_test_image
+
+    image = build_test_image()  # (skips when Docker is absent)
+    team, _mine, _other = _config_dirs(state_dir)
+    profile = team / "seccomp.json"
+    profile.write_text(dockerseccomp.profile_json())
+    os.chmod(profile, 0o644)
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "docker"\n'
+        f'[agents.defaults.sandbox.docker]\nimage = "{image}"\nseccompProfile = "{profile}"\n',
+    )
+    seen = []
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            for turn in range(2):
+                read = await op.request("exec", {"command": "unshare -U id", "agentId": "main"})
+                seen.append("uid=" in read["text"])
+                if turn == 0:  # the other account's swap (a rename in the team dir), then a new sandbox
+                    allow = team / ".allow.json"
+                    _as_nobody("sh", "-c", f'echo \'{{"defaultAction":"SCMP_ACT_ALLOW"}}\' > {allow}')
+                    _as_nobody("mv", "-f", str(allow), str(profile))
+                    await op.request("sandbox.recreate", {"all": True})
+        finally:
+            with contextlib.suppress(Exception):
+                await op.request("sandbox.recreate", {"all": True})
+            await op.close()
+    assert seen == [False, False], seen
+
+
+@needs_root
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a bwrap sandbox's `rootfs` tree is bound read-only as found, whoever may write it "
+    "(bindsource judges the owner of writable binds only): another account that may write the tree "
+    "replaces the programs every sandboxed command of the agent runs, and reads what they are handed",
+)
+async def test_class6_a_bwrap_rootfs_another_account_may_write_is_refused(state_dir: Path) -> None:
+    """The operator's sandboxes use a rootfs tree kept in a team dir (its top dirs group-writable by
+    another account, as a shared build area is). The other account puts a program of its own in the
+    tree's /bin, and the agent's next sandboxed command runs it."""
+    from tests.helpers.sandbox import build_test_image
+
+    image = build_test_image()  # (skips when Docker is absent): its busybox tree is the rootfs
+    team, _mine, _other = _config_dirs(state_dir)
+    tree = team / "rootfs"
+    tree.mkdir()
+    made = subprocess.run(["docker", "create", image, "true"], check=True, capture_output=True, text=True)
+    cid = made.stdout.strip()
+    try:
+        exported = subprocess.run(["docker", "export", cid], check=True, capture_output=True)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], check=False, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=exported.stdout, check=True)
+    os.chown(tree / "bin", 0, NOBODY)
+    os.chmod(tree / "bin", 0o775)  # the team's build area: the other account may write it
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+        f'[agents.defaults.sandbox.bwrap]\nrootfs = "{tree}"\n',
+    )
+    planted = tree / "bin" / "make"
+    _as_nobody(
+        "sh", "-c", f"printf '#!/bin/sh\\necho planted-by-nobody\\n' > {planted} && chmod 755 {planted}"
+    )
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            read = await op.request("exec", {"command": "make", "agentId": "main"})
+        finally:
+            await op.close()
+    assert "planted-by-nobody" not in read["text"], read["text"][:300]
+
+
+@needs_root
+async def test_class6_a_docker_bind_source_outside_the_allowed_roots_is_refused(state_dir: Path) -> None:
+    """Held: binds = ["<team>/data:/data:ro"], the team's data dir in a dir another account may write
+    (which could swap it for a link to the gateway's state dir before the daemon resolves it): a bind
+    source outside the sandbox's allowed roots is refused without the dangerous override."""
+    from tests.helpers.sandbox import build_test_image
+
+    image = build_test_image()  # (skips when Docker is absent)
+    team, _mine, _other = _config_dirs(state_dir)
+    data = team / "data"
+    data.mkdir()
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "docker"\n'
+        f'[agents.defaults.sandbox.docker]\nimage = "{image}"\nbinds = ["{data}:/data:ro"]\n',
+    )
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            with pytest.raises(RemoteError, match="outside allowed roots"):
+                await op.request("exec", {"command": "ls /data", "agentId": "main"})
+        finally:
+            with contextlib.suppress(Exception):
+                await op.request("sandbox.recreate", {"all": True})
+            await op.close()
