@@ -34,12 +34,6 @@ ALLOWLIST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-m
 # ---- class 3: connections have no newcomers' share ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: connections are capped per agent (64) and for all agents together (240), with no share "
-    "kept for an agent holding none (pending asks keep 32 slots for agents with fewer than 4): four agents "
-    "holding 60 connections each take every agent slot, and a fifth agent cannot connect at all",
-)
 async def test_class3_four_agents_take_every_agent_connection_from_a_fifth(state_dir: Path) -> None:
     agents = ["a1", "a2", "a3", "a4", "ops"]
     write_config(state_dir, FULL + listed(*agents))
@@ -182,13 +176,6 @@ async def test_class2_a_limited_grant_on_a_socket_exec_frame_is_saved_for_good(
 # ---- class 3: agent main locks the operator's own exec out ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own exec (naming no agent) is decided under main's policy with main's "
-    "session overrides, and an agent alone may set tightening ones: agent main's `/exec security=deny` on "
-    "`agent:main` (or on its main session, which every sessionless call is: canonical_session) refuses the "
-    "operator's own commands until the operator finds and clears it",
-)
 @pytest.mark.parametrize("key", ["agent:main", "main"], ids=["agent-wide", "main-session"])
 async def test_class3_agent_mains_own_lockdown_refuses_the_operators_own_exec(
     state_dir: Path, key: str
@@ -292,13 +279,6 @@ async def test_class1_the_operators_lockdown_of_main_does_not_reach_socket_exec_
 # ---- class 5: the web console's log prints what a prober sent -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a request aiohttp's parser refuses (a byte not allowed in a path or header) is logged by "
-    "aiohttp's own 'Error handling request' with the request line as sent, and RouteAccessLog then fails "
-    "on it (request.match_info asserts), a traceback each: any local account writes its text into the "
-    "operator's terminal, ~40 lines per request, where the access log prints routes only",
-)
 async def test_class5_a_malformed_request_writes_its_text_into_the_web_consoles_terminal(
     state_dir: Path,
 ) -> None:
@@ -356,13 +336,6 @@ async def test_class2_every_spelling_of_the_main_session_is_locked_down(
 # ---- class 1: policy.check digests any file the gateway can read, for any agent, with no ask -----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `policy.check` (any agent's, no approval, whatever its security) returns the content "
-    "binding's sha256 and size of every file the command names as a script (`sh <path>`), read with the "
-    "gateway's own rights: agent main learns the digest of the operator's 0600 file (or another agent's "
-    "credential, gateway.json, /etc/shadow under a root gateway) and recovers a low-entropy secret offline",
-)
 @pytest.mark.parametrize("security", ["allowlist", "deny"])
 async def test_class1_policy_check_hands_an_agent_the_digest_of_the_operators_private_file(
     state_dir: Path, security: str
