@@ -277,6 +277,7 @@ def create_and_start(kwargs: dict[str, Any]) -> None:
     try:
         with dockercg.holding(kwargs.get("cgroup_parent")):
             container.start()
+            dockercg.charge_container_tcp(kwargs.get("cgroup_parent"), str(container.id))
     except Exception:
         remove(kwargs["name"])
         raise
@@ -288,21 +289,27 @@ def rename(old: str, new: str) -> None:
 
 
 def start(name: str) -> None:
-    with dockercg.holding(_cgroup_parent(name)):
+    parent, container_id = _cgroup_parent(name)
+    with dockercg.holding(parent):
         client().api.start(name)
+        dockercg.charge_container_tcp(parent, container_id)
 
 
 def restart(name: str) -> None:
-    with dockercg.holding(_cgroup_parent(name)):
+    parent, container_id = _cgroup_parent(name)
+    with dockercg.holding(parent):
         client().api.restart(name, timeout=1)
+        dockercg.charge_container_tcp(parent, container_id)  # (runc made its groups anew)
 
 
-def _cgroup_parent(name: str) -> str | None:
-    """The parent cgroup a container was created under: runc makes it again, uncapped, if it was swept."""
+def _cgroup_parent(name: str) -> tuple[str | None, str]:
+    """The parent cgroup a container was created under (runc makes it again, uncapped, if it was swept),
+    and the container's id (its group's name there)."""
     try:
-        return client().api.inspect_container(name).get("HostConfig", {}).get("CgroupParent") or None
+        info = client().api.inspect_container(name)
     except not_found_type():
-        return None
+        return None, ""
+    return info.get("HostConfig", {}).get("CgroupParent") or None, str(info.get("Id", ""))
 
 
 def remove(name: str) -> bool:

@@ -228,17 +228,6 @@ print("REACHED" if got >= want else "SAFE")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: TCP memory (net.ipv4.tcp_mem, tcp_memory_allocated) is one count for the whole machine, "
-    "divided by no network namespace, and a v1 memory cgroup does not charge socket buffers (no "
-    "kmem.tcp limit; unix sockets' are charged: that run was killed at its cap): one python process of "
-    "one agent's sandbox (bwrap or Docker, memory = 128m, its own loopback) or host run held an eighth "
-    "(292 MB) in 26 loopback pairs it never reads; 8x that (one process's fds suffice) puts every TCP "
-    "socket on the host (egress proxy, node links over ssh, the operator's) past tcp_mem's maximum, "
-    "where no socket may grow its buffers. Closing the class: socket memory charged "
-    "to the agent's own memory group (cgroup v2 memory, or v1 memory.kmem.tcp.limit_in_bytes per agent)",
-)
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
 @pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/tcp_mem"), reason="no IPv4 TCP")
 @pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
@@ -462,23 +451,12 @@ def _cpu_group(pid: int | str) -> str:
     return ""
 
 
-_CPU_OPEN = pytest.mark.xfail(
-    strict=True,
-    reason="open: round 17 a's CPU share (engine.sandbox.hostcpu: an agent's runs in a cpu group of their "
-    "own below the install's, weighed as the gateway's) was made for gateway-host runs only: a bwrap "
-    "sandbox's commands stay in the cpu group the gateway is in (pids and memory groups of their own, "
-    "no cpu one), so one agent's sandbox with its 512 busy processes takes 512 parts of every core "
-    "against the gateway's few, as host runs did before the fix. Closing the class: every process an "
-    "agent starts, whatever the backend, joins its agent's cpu group (as its pids and memory groups)",
-)
-
-
 @pytest.mark.skipif(not hostcpu.usable(), reason="no writable v1 cpu hierarchy")
 @pytest.mark.parametrize(
     "where",
     [
-        pytest.param("bwrap-sandbox", marks=_CPU_OPEN),
-        "docker-sandbox",  # held: its cgroup_parent is the agent's group, in the cpu hierarchy too
+        "bwrap-sandbox",  # its keeper enters the sandbox's cpu group, in its owner's (hostcpu)
+        "docker-sandbox",  # its cgroup_parent is the agent's group, in the cpu hierarchy too
     ],
 )
 async def test_class3_a_sandbox_shares_the_gateways_cpu_group(
