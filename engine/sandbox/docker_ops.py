@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import statefs
 from engine.errors import ExecHostError
-from engine.sandbox import dockercg, dockerseccomp, rambudget
+from engine.sandbox import dockercg, dockerpts, dockerseccomp, rambudget
 from engine.sandbox import supervisor as sv
 from engine.sandbox.egress import forwarder
 from engine.sandbox.settings import (
@@ -277,7 +277,7 @@ def create_and_start(kwargs: dict[str, Any]) -> None:
     try:
         with dockercg.holding(kwargs.get("cgroup_parent")):
             container.start()
-            dockercg.charge_container_tcp(kwargs.get("cgroup_parent"), str(container.id))
+            _confine_started(str(container.id), kwargs.get("cgroup_parent"))
     except Exception:
         remove(kwargs["name"])
         raise
@@ -289,27 +289,39 @@ def rename(old: str, new: str) -> None:
 
 
 def start(name: str) -> None:
-    parent, container_id = _cgroup_parent(name)
+    parent = _cgroup_parent(name)
     with dockercg.holding(parent):
         client().api.start(name)
-        dockercg.charge_container_tcp(parent, container_id)
+        _confine_started(name, parent)
 
 
 def restart(name: str) -> None:
-    parent, container_id = _cgroup_parent(name)
+    parent = _cgroup_parent(name)
     with dockercg.holding(parent):
         client().api.restart(name, timeout=1)
-        dockercg.charge_container_tcp(parent, container_id)  # (runc made its groups anew)
+        _confine_started(name, parent)  # (runc made its groups and mounts anew)
 
 
-def _cgroup_parent(name: str) -> tuple[str | None, str]:
-    """The parent cgroup a container was created under (runc makes it again, uncapped, if it was swept),
-    and the container's id (its group's name there)."""
+def _confine_started(name: str, parent: str | None) -> None:
+    """What a started container gets before any command of the agent's runs in it (each comes by an exec
+    afterwards): its TCP socket buffers charged to its memory group (dockercg.charge_container_tcp), its
+    /dev/pts a devpts with max= (dockerpts). The container is stopped when the terminals' cap fails."""
+    info = client().api.inspect_container(name)
+    container_id = str(info.get("Id", ""))
+    dockercg.charge_container_tcp(parent, container_id)
+    why = dockerpts.cap_terminals(int(info.get("State", {}).get("Pid") or 0), container_id)
+    if why is not None:
+        with contextlib.suppress(Exception):
+            client().api.kill(container_id or name)
+        raise SandboxUnavailable(f"sandbox {name} not started: its terminals could not be capped ({why})")
+
+
+def _cgroup_parent(name: str) -> str | None:
+    """The parent cgroup a container was created under: runc makes it again, uncapped, if it was swept."""
     try:
-        info = client().api.inspect_container(name)
+        return client().api.inspect_container(name).get("HostConfig", {}).get("CgroupParent") or None
     except not_found_type():
-        return None, ""
-    return info.get("HostConfig", {}).get("CgroupParent") or None, str(info.get("Id", ""))
+        return None
 
 
 def remove(name: str) -> bool:

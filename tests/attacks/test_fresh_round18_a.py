@@ -413,16 +413,6 @@ print("REACHED" if nr + 1 >= top else "SAFE")  # (devpts refuses the one that wo
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Docker sandbox's /dev/pts is Docker's devpts instance with no max= (the host runs' and "
-    "bwrap sandboxes' are exechost-hostenter's, max=256), and every instance but the host's own draws "
-    "from one count (kernel.pty.max less pty.reserve, 3,072): one command of one agent's Docker sandbox "
-    "opened every terminal of that count, and until it lets go no host run, bwrap sandbox or other "
-    "container of any agent can make a terminal (round 10 b's take, by the backend it did not cover). "
-    "Closing the class: the container's /dev/pts a devpts with max= (a bind of a capped instance, or "
-    "a mount made for it), or terminals counted per agent",
-)
 async def test_class3_a_docker_sandbox_opens_every_terminal_outside_the_hosts_devpts(
     state_dir: Path, no_containers_left: None
 ) -> None:
