@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import statefs
 from engine.errors import ExecHostError
-from engine.sandbox import dockercg, dockerpts, dockerseccomp, rambudget
+from engine.sandbox import dockercg, dockerpts, dockerseccomp, filetable, rambudget
 from engine.sandbox import supervisor as sv
 from engine.sandbox.egress import forwarder
 from engine.sandbox.settings import (
@@ -242,7 +242,8 @@ def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
         "cap_drop": _cap_drop(d.cap_drop),
         "mem_limit": rambudget.container_memory(d.memory),
         "security_opt": security_opt,
-        "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in d.ulimits.items()],
+        # nofile within the sandbox's share of the host's open-file table (engine.sandbox.filetable)
+        "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in filetable.ulimits(d).items()],
         # The container's init keeps the engine's log pipe as stdout, and a command of its uid reopens it
         # (/proc/1/fd/1): its log on the host's disk is a capped one, whatever the daemon's default driver
         # (fresh round 17 a; bwrap's is a 4 KiB tail). json-file, so `docker logs` still reads it.
