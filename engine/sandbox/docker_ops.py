@@ -308,6 +308,8 @@ def _confine_started(name: str, parent: str | None) -> None:
     afterwards): its TCP socket buffers charged to its memory group (dockercg.charge_container_tcp), its
     /dev/pts a devpts with max= (dockerpts). The container is stopped when the terminals' cap fails."""
     info = client().api.inspect_container(name)
+    if not info.get("State", {}).get("Running"):
+        return  # (it ended already, its supervisor gone: no command runs in it, and its next start caps it)
     container_id = str(info.get("Id", ""))
     dockercg.charge_container_tcp(parent, container_id)
     why = dockerpts.cap_terminals(int(info.get("State", {}).get("Pid") or 0), container_id)
