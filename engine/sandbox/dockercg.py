@@ -29,6 +29,7 @@ from engine.sandbox.settings import slugify, split_namespace, state_id
 
 PIDS_BASE = Path("/sys/fs/cgroup/pids")
 MEMORY_BASE = Path("/sys/fs/cgroup/memory")
+CPU_BASE = Path("/sys/fs/cgroup/cpu")  # runc makes the cgroup parent there too: each owner's share (hostcpu)
 
 
 def owner_of(scope: str, agent_id: str) -> str:
@@ -158,7 +159,7 @@ def sweep() -> None:
     install's) they leave empty; a group still holding a container's group, a bwrap sandbox's or host
     runs' refuses rmdir (EBUSY), and is kept."""
     with _locked(fcntl.LOCK_EX):
-        for install in (_install(), _install(MEMORY_BASE)):
+        for install in (_install(), _install(MEMORY_BASE), _install(CPU_BASE)):  # (runc made the cpu ones)
             if not install.is_dir():
                 continue
             owners = [p for p in install.iterdir() if p.is_dir()]
