@@ -7,29 +7,36 @@ agent could make one (fresh round 18 a). At its start, before any command of the
 gateway mounts a fresh instance with max=RUN_PTYS over the container's /dev/pts (its /dev/ptmx is a link to
 pts/ptmx, so every terminal made there, a `docker exec -t`'s too, comes from the capped instance). The
 container has no CAP_SYS_ADMIN to take it off again. It takes the gateway's root (setns into the
-container's mount namespace): a gateway of another uid cannot, and `sandbox explain` says so.
+container's mount namespace, from a thread of its own): a gateway of another uid cannot (docs/SECURITY.md).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import subprocess
-import sys
+import threading
 
 RUN_PTYS = 256  # exechost-hostenter's own-pts instance's max= (engine/commands/hostenter/layers.c)
 # Docker's own options for the container's devpts (gid 5: tty), with the cap.
 PTS_OPTIONS = f"newinstance,ptmxmode=0666,mode=620,gid=5,max={RUN_PTYS}"
 
-# In a child of its own (setns into a mount namespace refuses a threaded process): the namespace is the fd
-# the gateway opened and checked (its number argv[2]), mounted by libc's mount(2), nosuid and noexec as
-# Docker's is.
-_MOUNT = (
-    "import ctypes,os,sys\n"
-    "c=ctypes.CDLL(None,use_errno=True)\n"
-    "if c.setns(int(sys.argv[2]),0x20000)!=0: sys.exit('setns: '+os.strerror(ctypes.get_errno()))\n"
-    "if c.mount(b'devpts',b'/dev/pts',b'devpts',2|8,sys.argv[1].encode())!=0:\n"
-    " sys.exit('mount devpts: '+os.strerror(ctypes.get_errno()))\n"
-)
+CLONE_FS = 0x200
+CLONE_NEWNS = 0x20000
+MS_NOSUID, MS_NOEXEC = 2, 8
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_in(ns: int, out: list[str]) -> None:
+    """In a thread of its own, which ends afterwards: its own fs context first (unshare CLONE_FS: setns into
+    a mount namespace refuses a task sharing it, as every thread of a process does), then the container's
+    mount namespace (`ns`) and the mount, nosuid and noexec as Docker's is. Nothing else runs in the thread
+    (no import, no path of ours), and no other thread of the gateway changes namespace."""
+    if _libc.unshare(CLONE_FS) != 0:
+        out.append("unshare: " + os.strerror(ctypes.get_errno()))
+    elif _libc.setns(ns, CLONE_NEWNS) != 0:
+        out.append("setns: " + os.strerror(ctypes.get_errno()))
+    elif _libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | MS_NOEXEC, PTS_OPTIONS.encode()) != 0:
+        out.append("mount devpts: " + os.strerror(ctypes.get_errno()))
 
 
 def usable() -> bool:
@@ -59,17 +66,10 @@ def cap_terminals(pid: int, container_id: str) -> str | None:
             theirs = False
         if not theirs:
             return "its init is gone"
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _MOUNT, PTS_OPTIONS, str(ns)],
-            pass_fds=(ns,),
-            capture_output=True,
-            text=True,
-            check=False,
-            env={},
-            cwd="/",
-        )
+        failed: list[str] = []
+        worker = threading.Thread(target=_mount_in, args=(ns, failed), name="exechost-devpts", daemon=True)
+        worker.start()
+        worker.join()
     finally:
         os.close(ns)
-    if done.returncode != 0:
-        return done.stderr.strip() or f"exit {done.returncode}"
-    return None
+    return failed[0] if failed else None
