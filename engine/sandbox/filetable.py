@@ -4,8 +4,10 @@ namespace or cgroup divides it), and past it every process without CAP_SYS_ADMIN
 A sandbox's processes may hold at most nofile (hard) x pidsLimit open files, so that product is what it may
 take; it is kept within 1/fileTableShare of fs.file-max (16 by default: docs/SECURITY.md). Unset, a
 sandbox's nofile is the default (4096 soft, 8192 hard) lowered to fit (301 with pidsLimit 512 and this
-machine's 2.47M); an operator's own nofile or pidsLimit past the share refuse the sandbox's start, saying
-which key to change (fresh round 18 a: the defaults' 8192 x 512 = 4.2M exceeded the whole table).
+machine's 2.47M), never below 64 (a shell and its pipes need a few: where 64 x pidsLimit is past the share,
+a small host's or a large pidsLimit's, the floor wins and docs/SECURITY.md says so); an operator's own nofile
+past the share refuses the sandbox's start, saying which key to change (fresh round 18 a: the defaults'
+8192 x 512 = 4.2M exceeded the whole table).
 """
 
 from __future__ import annotations
