@@ -644,13 +644,6 @@ print("REACHED" if got >= want else "SAFE")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: UDP memory (net.ipv4.udp_mem) is one count for the whole machine as TCP's is, charged to "
-    "no memory group: a sandbox capped at memory = 128m held an eighth of it (~560 MB here) in sockets it "
-    "never reads; 8x that puts every UDP socket on the host (DNS lookups of the egress proxy, the "
-    "operator's) past udp_mem's maximum. The TCP take's construction closes it",
-)
 @pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/udp_mem"), reason="no IPv4 UDP")
 @pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox"])
 async def test_class3_one_agents_sandbox_takes_the_hosts_udp_memory(
