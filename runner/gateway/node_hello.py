@@ -59,7 +59,14 @@ def check_hello(
                 f"refused (check {link.name}'s node.json)",
                 "INVALID_REQUEST",
             )
-    keys.pin(link.name, hello.node_id)
+    try:  # durable or the link is refused (fresh round 18 c): a pin lost at a restart frees the id
+        keys.pin(link.name, hello.node_id)
+    except OSError as exc:
+        raise NodeError(
+            f"node {link.name}: its node id {hello.node_id} could not be pinned ({exc}; is the state dir's "
+            "disk full?): not linked until it can be",
+            "UNAVAILABLE",
+        ) from exc
 
 
 def record_state_dir(config: Config, link: NodeLink, hello: Hello) -> None:
