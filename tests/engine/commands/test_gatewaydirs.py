@@ -3,6 +3,7 @@ them, the record's cache (an entry added is seen) and the record kept from every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -57,9 +58,33 @@ def test_a_link_in_place_of_the_record_is_not_read(tmp_path: Path) -> None:
     (home / gatewaydirs.NAME).symlink_to(elsewhere)
     other = tmp_path / "b"
     other.mkdir()
-    gatewaydirs.record(str(home), str(other))
+    with pytest.raises(gatewaydirs.RecordError, match="not a directory of this account"):
+        gatewaydirs.record(str(home), str(other))  # not durable: refused, never written through the link
     assert os.listdir(elsewhere) == []
     assert gatewaydirs.recorded(str(home)) == ()
+
+
+def test_a_record_that_cannot_be_written_is_owed_and_never_marked_done(tmp_path: Path) -> None:
+    """Fresh round 18 c: a failed record raises, is not cached as done, and is written before the next
+    record of the process once it can be, whatever that one names."""
+    home = tmp_path / "h"
+    home.mkdir()
+    root = tmp_path / "agent-dir"
+    root.mkdir()
+    os.chmod(home, 0o500)  # the home cannot be written (as a full disk: no record dir can be made)
+    try:
+        if os.access(home, os.W_OK) and os.geteuid() == 0:
+            (home / gatewaydirs.NAME).symlink_to(tmp_path)  # root writes anyway: a link refuses it instead
+        with pytest.raises(gatewaydirs.RecordError):
+            gatewaydirs.record_writable(str(home), [str(root)])
+        with pytest.raises(gatewaydirs.RecordError):
+            gatewaydirs.record_writable(str(home), [str(root)])  # not cached as done: tried again
+    finally:
+        os.chmod(home, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            (home / gatewaydirs.NAME).unlink()
+    gatewaydirs.record_writable(str(home), [])  # the config no longer names it: still written (owed)
+    assert gatewaydirs.recorded_writable(str(home)) == (str(root),)
 
 
 def test_no_host_writable_dir_may_hold_the_record(state_dir: Path, tmp_path: Path) -> None:
