@@ -189,7 +189,8 @@ def _write(home: str, real: str, prefix: str) -> None:
     where = record_dir(home)
     name = prefix + hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
     path = os.path.join(where, name)
-    temp = os.path.join(where, f".{name}.{os.getpid()}")
+    # per thread (views are made in threads): two writing one entry never meet on one temp name
+    temp = os.path.join(where, f".{name}.{os.getpid()}.{threading.get_ident()}")
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(where, 0o700)
@@ -200,6 +201,8 @@ def _write(home: str, real: str, prefix: str) -> None:
             )
         if os.path.lexists(path):
             return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)  # one a crashed process of the same pid and thread id left
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             data = os.fsencode(real)

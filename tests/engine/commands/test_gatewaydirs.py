@@ -240,3 +240,30 @@ def test_a_nodes_state_dir_is_recorded_only_when_it_is_that_nodes_own(tmp_path: 
     os.chmod(base, 0o1777)
     assert gatewaydirs.node_state_dir(str(state), "n1", [])  # sticky, as /tmp: no one else renames it
     assert not gatewaydirs.node_state_dir(str(base / "missing"), "n1", [])
+
+
+def test_threads_recording_the_same_entry_never_fail_each_other(tmp_path: Path) -> None:
+    """Views are made in threads: two writing one new entry at once both succeed (a shared temp name made
+    the second's O_EXCL fail, and a durable record that fails refuses the view)."""
+    import threading
+
+    home = tmp_path / "h"
+    home.mkdir()
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def write(i: int) -> None:
+        start.wait()
+        try:
+            for j in range(20):
+                gatewaydirs.record(str(home), str(tmp_path / f"d{j}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(gatewaydirs.recorded(str(home))) == 20
