@@ -568,13 +568,6 @@ async def test_class7_a_retired_agents_sandbox_workspaces_stay_covered_after_a_f
     assert "ops-ws-3d9b" not in read["text"], read["text"][:300]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's session.started row reaches the operators' consoles with the scopeKey the node "
-    "wrote (node_events.session_row keeps it as the node sent it): a compromised node files its session "
-    "under an agent it never served (no key given to it), and the console's /exec on that session "
-    "(`directive_target`) overrides that agent's scope",
-)
 async def test_class2_a_nodes_session_row_names_no_agent_it_was_not_given(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:
