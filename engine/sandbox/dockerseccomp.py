@@ -8,8 +8,8 @@ capability-gated entries of Docker's profile would add nothing), less REFUSED_SY
 give a file its mode are allowed only when that mode carries no set-id bit (MODE_ARG); clone only without
 a namespace flag; UNSUPPORTED_SYSCALLS fail with ENOSYS (clone3's and openat2's flags sit in a struct no
 filter reads, and libc and runtimes fall back to clone and openat; io_setup takes from the host-wide
-fs.aio-max-nr, and libaio's users fall back to threads); socket only for SANDBOX_SOCKET_FAMILIES. A call this runc's
-libseccomp does not know is dropped from the profile by runc, so it fails too.
+fs.aio-max-nr, and libaio's users fall back to threads); socket only for SANDBOX_SOCKET_FAMILIES (no
+netlink). A call this runc's libseccomp does not know is dropped from the profile by runc, so it fails too.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from engine.sandbox.seccomprules import (
     MODE_ARG,
     NAMESPACE_FLAGS,
     REFUSED_SYSCALLS,
-    SET_ID_BITS,
     SANDBOX_SOCKET_FAMILIES,
+    SET_ID_BITS,
     UNSUPPORTED_SYSCALLS,
 )
 

@@ -840,6 +840,32 @@ async def test_class3_one_agents_run_queues_netlink_buffers_past_its_memory_cap(
     assert "SAFE" in details["_text"], details["_text"]
 
 
+_RESOLVE = (
+    "import socket\n"
+    "try:\n"
+    "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n"
+    "    print('netlink opened')\n"
+    "except OSError as e:\n"
+    "    print('netlink refused', e.errno)\n"
+    "print(sorted({a[4][0] for a in socket.getaddrinfo('localhost', 80, flags=socket.AI_ADDRCONFIG)}))\n"
+)
+
+
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox"])
+async def test_a_sandbox_without_netlink_still_resolves_names(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    """What the sandboxes' missing AF_NETLINK costs: getaddrinfo(AI_ADDRCONFIG), which asks netlink for the
+    interfaces' families, takes both as present when the socket is refused, and still resolves."""
+    config = _where(where)
+    script = f"python3 -c \"$(printf '%s' '{base64.b64encode(_RESOLVE.encode()).decode()}' | base64 -d)\""
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "netlink refused" in details["_text"], details["_text"]
+    assert "127.0.0.1" in details["_text"], details["_text"]
+
+
 async def test_class3_a_docker_sandboxs_log_stays_capped(state_dir: Path, no_containers_left: None) -> None:
     """Held: 16 MiB written to the container's log pipe (its init's stdout, reopened by the command as
     the same uid) leave at most the json-file cap (64 KiB, one file) on the engine's disk."""
