@@ -743,10 +743,10 @@ _NETLINK_HOST_OPEN = pytest.mark.xfail(
 )
 
 
-# Netlink (NETLINK_USERSOCK: user sockets unicast to each other, no capability needed; AF_NETLINK is one of
-# the families every filter allows) datagrams queued to sockets that never read, each receive buffer as
-# large as net.core allows; /proc/net/netlink's Rmem is what each holds. At most 400 sockets: the probe
-# stops at its target (4x the sandbox's memory cap), never near the host's RAM.
+# Netlink (NETLINK_USERSOCK: user sockets unicast to each other, no capability needed; AF_NETLINK was one
+# of the families every filter allowed, a host run's still does) datagrams queued to sockets that never
+# read, each receive buffer as large as net.core allows; /proc/net/netlink's Rmem is what each holds. At
+# most 400 sockets: the probe stops at its target (4x the sandbox's memory cap), never near the host's RAM.
 _NETLINK_MEMORY = """
 import socket, sys, resource, os
 want = int(sys.argv[1])
