@@ -7,6 +7,7 @@ file from an agent's, and another account's dir from its own."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -145,3 +146,52 @@ def strict_hold(path: str, own: int) -> str:
             return why
         here = parent
     return ""
+
+
+def _named_walk(path: str) -> tuple[list[str], str]:
+    """The dirs holding each link met on the way to `path` (as named, link by link: a link's target is
+    walked from the dir holding the link, or from `/`) and the resolved path it names at the end; every dir
+    in the answer is resolved. OSError when a component cannot be read or the links loop."""
+    todo = [c for c in os.path.abspath(path).split("/") if c][::-1]  # a stack: the next name last
+    here, held, hops = "/", [], 0
+    while todo:
+        name = todo.pop()
+        if name == ".":
+            continue
+        if name == "..":
+            here = os.path.dirname(here)
+            continue
+        step = os.path.join(here, name)
+        if stat.S_ISLNK(os.lstat(step).st_mode):
+            hops += 1
+            if hops > 40:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            held.append(here)  # whoever may write this dir may re-point the link
+            target = os.readlink(step)
+            here = "/" if target.startswith("/") else here
+            todo.extend([c for c in target.split("/") if c][::-1])
+            continue
+        here = step
+    held.append(os.path.dirname(here) or "/")
+    return list(dict.fromkeys(held)), here
+
+
+def named_hold(path: str, own: int, opened: os.stat_result | None = None) -> str:
+    """Why another account may change what `path` names (a file or dir the config names: the config itself,
+    a node's knownHosts, a seccomp profile, a bwrap rootfs), "" when none may. Judged as named, link by
+    link: the dir holding every link on the way and the one holding what it resolves to, each with every dir
+    above it, by foreign_hold's rule for a holder (root's or `own`'s, no group/other write unless sticky);
+    and what it names by StrictModes' rule (root's or `own`'s, no group/other write). `opened`: the fstat of
+    the fd the caller opened by that name, which must be what was judged (else it changed in between)."""
+    try:
+        holders, final = _named_walk(path)
+        st = os.lstat(final)
+    except OSError as exc:
+        return f"{exc.filename or path} cannot be judged ({exc.strerror})"
+    for holder in holders:
+        why = foreign_hold_at(holder, own, holder=True)
+        if why:
+            return why
+    if opened is not None and (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+        return f"{path} changed while it was judged"
+    return _strict_why(final, st, own)

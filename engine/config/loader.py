@@ -70,8 +70,9 @@ def load_config(
     except OSError as exc:
         raise ConfigError(target, "", None, f"cannot read: {exc}") from exc
     with os.fdopen(fd, "rb") as fh:
-        _check_owner(target, os.fstat(fh.fileno()))
-        _check_dirs(target)
+        opened = os.fstat(fh.fileno())
+        _check_owner(target, opened)
+        _check_dirs(target, opened)
         data = fh.read()
     try:
         text = data.decode("utf-8")
@@ -94,27 +95,23 @@ def _check_owner(target: Path, st: os.stat_result) -> None:
         )
 
 
-def _check_dirs(target: Path) -> None:
-    """The dirs the config is read from are judged too (fresh round 17 c): the one that holds its name and
-    the one that holds the file it resolves to, and every dir above each, must be root's or this
-    account's and writable by no other account unless sticky (engine.pathtrust.foreign_hold, as a
-    workspace root's holder). Else an account that may write there renames the file aside and puts a link
-    to another file in its place, root's or ours (another gateway's config, `security = "full"`), which
-    the owner check takes; a running gateway keeps its last good config instead."""
-    own = os.geteuid()
-    named = os.path.realpath(os.path.dirname(os.path.abspath(target)))  # the dir holding the name
-    real = os.path.dirname(os.path.realpath(target))
-    for where in dict.fromkeys((named, real)):
-        chain = pathtrust.chain_to(where)
-        why = chain if isinstance(chain, str) else pathtrust.foreign_hold(chain, own, holder=True)
-        if why:
-            raise ConfigError(
-                target,
-                "",
-                None,
-                f"in a dir another account may change ({why}): it could put another file in this one's "
-                "place; refused. Keep the config in a dir only this account or root may write",
-            )
+def _check_dirs(target: Path, opened: os.stat_result) -> None:
+    """The config is judged as named, link by link (fresh rounds 17 c and 18 c, engine.pathtrust.named_hold):
+    the dir holding every link on the way to it and the one holding the file, and every dir above each,
+    must be root's or this account's and writable by no other account unless sticky. Else an account that
+    may write one renames the file aside or re-points a link (team/cfg -> ~/cfg-op) to another file, root's
+    or ours (another gateway's config, `security = "full"`), which the owner check takes; a running gateway
+    keeps its last good config instead. The fd already open must be the file judged."""
+    why = pathtrust.named_hold(str(target), os.geteuid(), opened)
+    if why:
+        raise ConfigError(
+            target,
+            "",
+            None,
+            f"in a dir another account may change ({why}): it could put another file in this one's "
+            "place; refused. Keep the config, and every link to it, in dirs only this account or root may "
+            "write",
+        )
 
 
 def load_config_text(

@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import os
 import shlex
+import stat
 from typing import TYPE_CHECKING, Any
 
+from engine import pathtrust
 from engine.config import nodekeys
 from engine.config.model import NodeConfig
 from engine.lazymod import lazy
@@ -22,6 +24,31 @@ else:  # ~0.1 s of the gateway's start, for a library only a configured node nee
 
 def known_hosts_file(cfg: NodeConfig) -> str:
     return os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts")
+
+
+def judged_known_hosts(cfg: NodeConfig) -> str:
+    """The node's known_hosts, judged as named and read once from the fd judged (engine.pathtrust.named_hold,
+    the config's own rule): a file another account may write, or one in a dir (or behind a link in a dir)
+    another account may write, is refused, since that account would put its own server's key under the
+    node's address (fresh round 18 c). What the connection checks is these bytes, never the path again."""
+    file = known_hosts_file(cfg)
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        raise NodeError(host_key_refusal(cfg)) from None
+    with os.fdopen(fd, "rb") as fh:
+        opened = os.fstat(fh.fileno())
+        why = "not a regular file" if not stat.S_ISREG(opened.st_mode) else ""
+        why = why or pathtrust.named_hold(file, os.geteuid(), opened)
+        if why:
+            raise NodeError(
+                f"node {cfg.name}: nodes.{cfg.name}.knownHosts {file}: another account may change it "
+                f"({why}); refused, nothing was run. Keep it, and every link to it, in dirs only this "
+                "account or root may write (chmod 600 the file)",
+                "HOST_KEY_REFUSED",
+            )
+        data = fh.read(4 << 20)
+    return data.decode("utf-8", "replace")
 
 
 def host_key_refusal(cfg: NodeConfig) -> str:

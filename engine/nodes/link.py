@@ -9,7 +9,6 @@ import contextlib
 import contextvars
 import itertools
 import logging
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -22,7 +21,7 @@ from engine.display import visible
 from engine.lazymod import lazy
 from engine.nodes.dial import (
     host_key_refusal,
-    known_hosts_file,
+    judged_known_hosts,
     no_hello,
     open_agent,
     open_jumps,
@@ -168,9 +167,9 @@ class NodeLink:
 
     async def _connect(self) -> None:
         cfg = self.cfg
-        kh = known_hosts_file(cfg)
-        if not os.path.isfile(kh):
-            raise NodeError(host_key_refusal(cfg))
+        # judged, read once (in a thread), parsed on the loop's thread (asyncssh's lazy import is not
+        # thread-safe): these bytes are what the connection checks, never the path again
+        kh = asyncssh.import_known_hosts(await asyncio.to_thread(judged_known_hosts, cfg))
         problem = nodekeys.missing(cfg)
         if problem is not None:
             raise NodeError(problem)

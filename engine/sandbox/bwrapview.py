@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from engine import sysbin
 from engine.commands import hostkeeper
-from engine.sandbox import bindfds, filetable, landlock
+from engine.sandbox import bindfds, filetable, landlock, rootfstrust
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.egress import forwarder
@@ -78,6 +78,13 @@ def system_view(rootfs: str | None) -> list[str]:
     """The read-only system dirs: the host's (and an allowlisted /etc), or every top-level dir of `rootfs`."""
     args: list[str] = []
     if rootfs is not None:
+        why = rootfstrust.refusal(rootfs, os.geteuid())
+        if why:
+            raise SandboxUnavailable(
+                f"sandbox.bwrap.rootfs {rootfs}: another account may change what runs in it ({why}); "
+                "refused. Keep the tree, its top, its PATH dirs and every link to it in dirs only this "
+                "account or root may write"
+            )
         try:
             names = sorted(os.listdir(rootfs))
         except OSError as exc:

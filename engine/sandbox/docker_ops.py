@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import pathtrust, statefs
 from engine.errors import ExecHostError
 from engine.sandbox import dockercg, dockerpts, dockerseccomp, filetable, rambudget
 from engine.sandbox import supervisor as sv
@@ -265,12 +266,29 @@ def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
 
 
 def _seccomp_value(profile: str) -> str:
-    """The Engine API wants the profile JSON itself (the docker CLI reads a path client-side for you)."""
+    """The Engine API wants the profile JSON itself (the docker CLI reads a path client-side for you): the
+    file is judged as named (engine.pathtrust.named_hold, the config's own rule) and these bytes are read
+    from the fd judged. One another account may write, or reached through a dir or link another account
+    may write, is refused: it could swap in an allow-all profile for the next sandbox (fresh round 18 c)."""
     path = os.path.expanduser(profile)
-    if profile not in ("default", "builtin") and os.path.isfile(path):
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    return profile
+    if profile in ("default", "builtin") or not os.path.isfile(path):
+        return profile
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"sandbox.docker.seccompProfile {path} cannot be read: {exc.strerror}"
+        ) from None
+    with os.fdopen(fd, "rb") as fh:
+        opened = os.fstat(fh.fileno())
+        why = "not a regular file" if not stat.S_ISREG(opened.st_mode) else ""
+        why = why or pathtrust.named_hold(path, os.geteuid(), opened)
+        if why:
+            raise SandboxUnavailable(
+                f"sandbox.docker.seccompProfile {path}: another account may change it ({why}); refused. "
+                "Keep the profile, and every link to it, in dirs only this account or root may write"
+            )
+        return fh.read(4 << 20).decode("utf-8")
 
 
 def create_and_start(kwargs: dict[str, Any]) -> None:

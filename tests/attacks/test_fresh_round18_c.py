@@ -274,14 +274,6 @@ async def _ran(op: Any) -> bool:
 
 @needs_root
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: loader._check_dirs judges the realpath of the config's dir, so a link on the way "
-    "(team/cfg -> the operator's own dir) is judged as its target and the team dir holding it never "
-    "is: another account that may write the team dir replaces the link with one to another root-owned "
-    "config (security = full) and the gateway's next reload takes that as the operator's (the host "
-    "view refuses host runs through such a link; sandbox runs and every other setting follow it)",
-)
 async def test_class6_a_config_reached_through_a_link_in_a_team_dir_is_judged(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -289,19 +281,22 @@ async def test_class6_a_config_reached_through_a_link_in_a_team_dir_is_judged(
     dir of its own and links the team dir to it (team/cfg -> ~/cfg-op), naming team/cfg/config.toml:
     the dir holding that name is judged as the dir the link leads to, and the team dir is never looked
     at; a team member swaps the link."""
+    from engine.config.loader import load_config
+    from engine.config.model import ConfigError
+
     team, mine, other = _config_dirs(state_dir)
     os.symlink(mine, team / "cfg")  # the operator's own link
-    monkeypatch.setenv("EXECHOST_CONFIG", str(team / "cfg" / "config.toml"))
-    seen = []
-    async with gateway(state_dir):
-        op = await connect(state_dir)
-        try:
-            seen.append(await _ran(op))
-            _as_nobody("ln", "-sfn", str(other), str(team / "cfg"))  # replaced by a team member
-            seen.append(await _ran(op))
-        finally:
-            await op.close()
-    assert seen == [False, False], seen
+    # judged as named, link by link (engine.pathtrust.named_hold): the team dir holding the link is judged,
+    # and the config is refused before any gateway takes it, and at every reload after
+    with pytest.raises(ConfigError, match=r"another account may change \(.*team is writable"):
+        load_config(team / "cfg" / "config.toml", required=True)
+    _as_nobody("ln", "-sfn", str(other), str(team / "cfg"))  # replaced by a team member
+    with pytest.raises(ConfigError, match="another account may change"):
+        load_config(team / "cfg" / "config.toml", required=True)
+    os.chmod(team, 0o755)  # the team dir ours alone again: the same link is taken
+    os.chown(team, 0, 0)
+    os.symlink(mine, team / "mine")
+    assert load_config(team / "mine" / "config.toml", required=True).exec.security == "deny"
 
 
 @needs_root
@@ -629,14 +624,6 @@ while True:
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's knownHosts file is read as found, by path, whoever may write it (the config file "
-    "itself is refused when another account may change it, engine.config.loader): another account that may "
-    "write it puts its own server's key under the node's address, and while the node is down serves that "
-    "address (an unprivileged port on loopback, or any network position), so the gateway links to its "
-    "server as that node and sends it the node's runs",
-)
 async def test_class6_a_known_hosts_file_another_account_may_write_is_refused(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:
@@ -680,13 +667,6 @@ async def test_class6_a_known_hosts_file_another_account_may_write_is_refused(
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Docker sandbox's seccompProfile file is read as found, whoever may write it "
-    "(docker_ops._seccomp_value opens the path at each container's creation; only the word `unconfined` "
-    "is refused): another account that may write its dir swaps in an allow-all profile, and the next "
-    "sandbox runs with no syscall filter (unshare of a user namespace, and the rest, allowed)",
-)
 async def test_class6_a_seccomp_profile_another_account_may_write_is_refused(state_dir: Path) -> None:
     """The operator's team keeps the sandboxes' seccomp profile in a team dir (group-writable by another
     account); the profile is exechost's own at first. The other account replaces it with one whose
@@ -710,8 +690,12 @@ async def test_class6_a_seccomp_profile_another_account_may_write_is_refused(sta
         op = await connect(state_dir)
         try:
             for turn in range(2):
-                read = await op.request("exec", {"command": "unshare -U id", "agentId": "main"})
-                seen.append("uid=" in read["text"])
+                try:
+                    read = await op.request("exec", {"command": "unshare -U id", "agentId": "main"})
+                    seen.append("uid=" in read["text"])
+                except RemoteError as exc:  # the profile is judged as named (engine.pathtrust.named_hold)
+                    assert "seccompProfile" in str(exc) and "another account may change" in str(exc), exc
+                    seen.append(False)
                 if turn == 0:  # the other account's swap (a rename in the team dir), then a new sandbox
                     allow = team / ".allow.json"
                     _as_nobody("sh", "-c", f'echo \'{{"defaultAction":"SCMP_ACT_ALLOW"}}\' > {allow}')
@@ -726,12 +710,6 @@ async def test_class6_a_seccomp_profile_another_account_may_write_is_refused(sta
 
 @needs_root
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a bwrap sandbox's `rootfs` tree is bound read-only as found, whoever may write it "
-    "(bindsource judges the owner of writable binds only): another account that may write the tree "
-    "replaces the programs every sandboxed command of the agent runs, and reads what they are handed",
-)
 async def test_class6_a_bwrap_rootfs_another_account_may_write_is_refused(state_dir: Path) -> None:
     """The operator's sandboxes use a rootfs tree kept in a team dir (its top dirs group-writable by
     another account, as a shared build area is). The other account puts a program of its own in the
@@ -764,10 +742,14 @@ async def test_class6_a_bwrap_rootfs_another_account_may_write_is_refused(state_
     async with gateway(state_dir):
         op = await connect(state_dir)
         try:
-            read = await op.request("exec", {"command": "make", "agentId": "main"})
+            try:
+                text = (await op.request("exec", {"command": "make", "agentId": "main"}))["text"]
+            except RemoteError as exc:  # the tree is judged (engine.sandbox.rootfstrust)
+                assert "rootfs" in str(exc) and "another account may change" in str(exc), exc
+                text = ""
         finally:
             await op.close()
-    assert "planted-by-nobody" not in read["text"], read["text"][:300]
+    assert "planted-by-nobody" not in text, text[:300]
 
 
 @needs_root

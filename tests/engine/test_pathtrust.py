@@ -78,3 +78,31 @@ def test_a_link_on_the_way_is_judged_as_the_link(tmp_path: Path) -> None:
         pathtrust.foreign_hold_at(str(tmp_path / "link"), me, holder=True) or ""
     )
     assert "not a directory" in pathtrust.strict_hold(str(tmp_path / "link"), me)
+
+
+def _named_tree(tmp_path: Path) -> tuple[Path, Path]:
+    os.chmod(tmp_path, 0o755)
+    team, mine = tmp_path / "team", tmp_path / "mine"
+    team.mkdir(mode=0o755)
+    mine.mkdir(mode=0o700)
+    (mine / "f").write_text("x")
+    os.chmod(mine / "f", 0o600)
+    os.symlink(mine, team / "cfg")
+    return team, mine
+
+
+def test_named_hold_judges_the_dir_holding_a_link_on_the_way(tmp_path: Path) -> None:
+    team, _mine = _named_tree(tmp_path)
+    named = str(team / "cfg" / "f")
+    assert pathtrust.named_hold(named, os.geteuid()) == ""
+    os.chmod(team, 0o775)  # a team dir another account may write: it may re-point the link
+    assert f"{team} is writable by other accounts" in pathtrust.named_hold(named, os.geteuid())
+
+
+def test_named_hold_judges_what_is_named_and_the_fd_opened(tmp_path: Path) -> None:
+    team, mine = _named_tree(tmp_path)
+    named = str(team / "cfg" / "f")
+    os.chmod(mine / "f", 0o620)
+    assert "writable by its group" in pathtrust.named_hold(named, os.geteuid())
+    os.chmod(mine / "f", 0o600)
+    assert "changed while it was judged" in pathtrust.named_hold(named, os.geteuid(), os.stat(team))
