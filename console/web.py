@@ -16,7 +16,8 @@ anything of the operator's without a live key.
 No cookie, ever: cookies are scoped by host, not port, so any page on another 127.0.0.1 port (an agent's
 dev server) would receive it. A key is sent only where the page itself points, and the page points only
 at its own origin (a CSP says so, no third-party font), with `Referrer-Policy: no-referrer` so a link
-followed out of the console does not carry it either. The access log prints routes, never paths as sent.
+followed out of the console does not carry it either. The access log prints routes, never paths as sent, and
+aiohttp's server log fixed lines (console.weblog).
 
 Any local account can connect, key or not: a connection that has not shown a live key takes one of a
 few slots (engine.preauth: the oldest shed first, 5 s each), so keyless peers never hold the process's
@@ -41,16 +42,16 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import aiohttp_jinja2
 import jinja2
 from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_protocol import RequestHandler
 from textual_serve.server import Server
 
 from console.webkeys import SECRET_TTL_S, TICKET_TTL_S, OneUseKeys
+from console.weblog import RouteAccessLog, ServerLog
 from engine.preauth import PreAuth
 
 HOST = "127.0.0.1"
@@ -69,39 +70,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
-
-
-_SHOWN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-class RouteAccessLog(AbstractAccessLogger):
-    """One line per request naming the route it reached, rebuilt from what matched: never the path as
-    sent (it holds a key, or whatever a prober typed), never the query or the Referer."""
-
-    SHOWN: ClassVar[dict[str, str]] = {
-        "index": "/…/",
-        "session": "/…/session",
-        "websocket": "/…/ws",
-        "boot": "/exechost.js",
-    }
-
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        info = getattr(request, "match_info", None)
-        route = getattr(getattr(info, "route", None), "name", None)
-        if response.status == 403:
-            shown = "(refused)"
-        elif route == "static":
-            # a name as our files are named, else not shown: a prober's percent-decoded path wrote ESC
-            # and BEL sequences into the operator's terminal (fresh round 17 b)
-            name = str(info["filename"])  # type: ignore[index]
-            shown = f"/static/{name}" if _SHOWN_NAME.fullmatch(name) else "/static/(a name not shown)"
-        else:
-            shown = self.SHOWN.get(str(route), "(no route)")
-        self.logger.info("%s %s %s", request.method, shown, response.status)
-
-    @property
-    def enabled(self) -> bool:
-        return True
 
 
 SPENT = (
@@ -230,7 +198,7 @@ class GuardedServer(Server):
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        runner = web.AppRunner(await self._make_app(), access_log_class=RouteAccessLog)
+        runner = web.AppRunner(await self._make_app(), access_log_class=RouteAccessLog, logger=ServerLog())
         await runner.setup()
         server = runner.server
         assert server is not None

@@ -42,10 +42,16 @@ class FairPool:
     caller. Calls of one principal run one at a time; principals with work take turns, and within one its
     callers take turns (each caller's calls in arrival order)."""
 
-    def __init__(self, name: str, workers: int = 2, per_principal: int = 1) -> None:
+    def __init__(self, name: str, workers: int = 2, per_principal: int = 1, lane: str | None = None) -> None:
         self.name = name
         self.workers = workers
         self.per_principal = per_principal  # calls of one principal on workers at once
+        # A queue with a worker of its own (the operator's): the other queues together hold at most
+        # `workers` workers, and one more thread is kept for it, so however many agents each hold their
+        # share with a long call (a large file hashed), its call starts at once (fresh round 18 b).
+        self.lane = lane
+        self._threads_max = workers + (1 if lane is not None else 0)
+        self._shared = 0  # calls of queues other than `lane` on workers now
         self._cond = threading.Condition()
         # Principals with calls waiting, then their callers; dict order is whose turn is next.
         self._queues: dict[str, dict[str, deque[_Job]]] = {}
@@ -61,7 +67,7 @@ class FairPool:
         call = functools.partial(contextvars.copy_context().run, call)
         with self._cond:
             self._queues.setdefault(principal, {}).setdefault(caller, deque()).append((call, future, loop))
-            if not self._wake() and self._threads < self.workers:
+            if not self._wake() and self._threads < self._threads_max:
                 self._threads += 1
                 threading.Thread(target=self._work, name=f"{self.name}-{self._threads}", daemon=True).start()
         return await future
@@ -84,6 +90,9 @@ class FairPool:
         """The next call: the first principal in turn that has none running, its first caller in turn; both
         go to the back."""
         for principal in self._queues:
+            shared = principal != self.lane
+            if shared and self._shared >= self.workers:
+                continue  # the lane's worker is never taken by the other queues
             if self._running.get(principal, 0) < self.per_principal:
                 callers = self._queues.pop(principal)
                 caller = next(iter(callers))
@@ -94,6 +103,7 @@ class FairPool:
                 if callers:
                     self._queues[principal] = callers
                 self._running[principal] = self._running.get(principal, 0) + 1
+                self._shared += shared
                 return principal, job
         return None
 
@@ -116,6 +126,8 @@ class FairPool:
                 left = self._running.pop(principal, 1) - 1
                 if left:
                     self._running[principal] = left
+                if principal != self.lane:
+                    self._shared -= 1
                 if principal in self._queues:
                     self._wake()  # its next call may go to an idle worker
             with contextlib.suppress(RuntimeError):  # the caller's loop closed meanwhile
@@ -159,10 +171,10 @@ async def to_thread(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
 
 # Every principal's policy decisions (exec, policy.check, approvals.relay).
-decisions = FairPool("exechost-decide", workers=2)
+decisions = FairPool("exechost-decide", workers=2, lane=OPERATOR_QUEUE)
 # Reads of the decision history (`approvals.status` of an older ask, `approvals.history`): one agent's burst
 # of lookups waits in its own queue, never in front of the operator's or another agent's.
-history = FairPool("exechost-history", workers=2)
+history = FairPool("exechost-history", workers=2, lane=OPERATOR_QUEUE)
 # Agent credential lookups at the handshake: never queued behind anyone's decisions.
 credentials = FairPool("exechost-credentials", workers=1)
 # Reads of a session's output from disk (`process log`, `process poll`, `sessions.output` of a settled one):

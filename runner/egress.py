@@ -343,6 +343,10 @@ class EgressHub:
             generations.reset(token)
             if undo is not None:
                 undo()
+        # Every connection of this sandbox to this target while the ask waits joins it (one row, its count
+        # shown to whoever answers), and one answer settles them all: allow-once is the ask's one use, not
+        # each connection's (never consumed per connection, as a command's is per requester). Nothing after
+        # the answer shares it: a resolved ask is never joined, so the next connection asks again.
         decision = await approvals.wait(record)
         by = record.resolved_by or "operator"
         if decision in ("allow-once", "allow-always"):

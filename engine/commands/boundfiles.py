@@ -44,6 +44,35 @@ class ContentItem:
         }
 
 
+# What the gateway read to bind a command is read with its own rights, not the asker's: an agent's
+# `policy.check sh ~/.config/bank-pin` must not hand back that 0600 file's sha256 (a short secret is
+# recovered offline) nor its size. What an agent is shown of a binding is only what it named itself.
+# The row keeps its shape ("sha256"/"size" null) and says so: `withheld`, not "the file did not exist".
+AGENT_FIELDS = ("role", "path", "agentWritable")
+
+
+def agent_digests(rows: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """A binding's rows (ContentItem.to_json) as an agent may see them: which files, never their bytes'
+    digest or size (the operator sees those, in its own views)."""
+    return [
+        {**{k: row.get(k) for k in AGENT_FIELDS}, "sha256": None, "size": None, "withheld": True}
+        for row in rows or ()
+        if isinstance(row, Mapping)
+    ]
+
+
+def agent_view(view: Mapping[str, Any]) -> dict[str, Any]:
+    """A decision's or an approval's view (it may hold the decision under "decision") as an agent may see
+    it: every `contentDigests` in it through agent_digests."""
+    out = dict(view)
+    if "contentDigests" in out:
+        out["contentDigests"] = agent_digests(out["contentDigests"])
+    inner = out.get("decision")
+    if isinstance(inner, Mapping):
+        out["decision"] = agent_view(inner)
+    return out
+
+
 @dataclass(frozen=True)
 class ContentBinding:
     """Every file of one decided command, plus what is needed to re-render it over verified copies."""

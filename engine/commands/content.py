@@ -13,7 +13,13 @@ from engine.commands.analysis import CommandAnalysis, Segment
 from engine.commands.bindproof import handed_off, segment_unproven, unproven_sources
 from engine.commands.boundfiles import ContentBinding, ContentItem
 from engine.commands.builtcmd import built_command
-from engine.commands.digests import UNREADABLE, ContentError, digest_path
+from engine.commands.digests import (
+    PROGRAM_MAX_BYTES,
+    SCRIPT_MAX_BYTES,
+    UNREADABLE,
+    ContentError,
+    digest_path,
+)
 from engine.commands.filetrust import links_fixed, system_owned
 from engine.commands.interpoptions import (
     FILE,
@@ -45,6 +51,11 @@ from engine.commands.textnames import (
 from engine.commands.which import DEFAULT_PATH, resolves_through_proc
 
 
+def _limit(role: str) -> int:
+    """How much of a file binding reads: a program's cap for what runs as a binary, else a script's."""
+    return PROGRAM_MAX_BYTES if role in ("executable", "interpreter", "wrapper") else SCRIPT_MAX_BYTES
+
+
 def bind(
     analysis: CommandAnalysis,
     result: AllowlistResult,
@@ -74,10 +85,11 @@ def bind(
 
     def file_item(role: str, shown: str, real: str, where: tuple[int, ...], index: int, **kw: Any) -> None:
         try:
-            digest, size, writable, head = digest_path(real)
+            digest, size, writable, head = digest_path(real, limit=_limit(role))
         except ContentError as exc:
             problems.append(f"{shown}: {exc}")
-            if not system_owned(real):
+            if exc.over or not system_owned(real):
+                # Over the cap: bound as unreadable, so the run is refused with this reason (never unbound).
                 # Unreadable (mode 0111, a FIFO…) yet changeable: the run is refused rather than unbound.
                 add(ContentItem(role, shown, real, UNREADABLE, 0, True, where, index))
             return
@@ -283,8 +295,9 @@ def bind(
         # Not a regular file (a FIFO hands each run whatever is written into it) or unreadable: no digest
         # holds it, so nothing can be saved; the run itself is refused at the spawn (verified._check).
         notes.append(
-            "Warning: a file the command runs or reads as code is not a regular file (or cannot be read): "
-            "it cannot be bound, so allow-always is not offered and the run is refused."
+            "Warning: a file the command runs or reads as code is not a regular file, cannot be read, or is "
+            "larger than content binding reads: it cannot be bound, so allow-always is not offered and the "
+            "run is refused."
         )
         refused = True
     # Every word as a shell would split it; the text split at blanks when the analysis has the words

@@ -13,6 +13,13 @@ from engine.commands.regular import open_regular as _open_regular
 
 # Agent-writable files are copied into memory to run: past this size the run is refused instead.
 WRITABLE_MAX_BYTES = 64 * 1024 * 1024
+# Content binding reads no more than this of a file a command names as code (a script, a file it sources or
+# loads): no real script comes near it, and a larger one (a VM image, a backup) is bound as unreadable, so
+# the run is refused with the reason given, never hashed whole inside a decision worker (fresh round 18 b).
+SCRIPT_MAX_BYTES = 16 * 1024 * 1024
+# Executables (a pinned binary, a wrapper, a `#!` interpreter): real ones reach a few hundred MiB (a browser,
+# a static Go or Rust build), still read once and then served from CACHE; nothing past this is hashed.
+PROGRAM_MAX_BYTES = 1024 * 1024 * 1024
 SHEBANG_MAX = 256  # Linux reads at most this much of a `#!` line (BINPRM_BUF_SIZE)
 CACHE_MAX = 4096
 UNREADABLE = ""  # the digest of a file that could not be read: never matches, so the run is refused
@@ -73,8 +80,11 @@ def read_all(fd: int, size: int, limit: int, path: str = "") -> bytes:
     return read_fd(fd, size, limit, path)
 
 
-def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, bytes]:
-    """(sha256, size, agent-writable, first bytes) of the file at `real` right now."""
+def digest_path(
+    real: str, cache: DigestCache = CACHE, limit: int = SCRIPT_MAX_BYTES
+) -> tuple[str, int, bool, bytes]:
+    """(sha256, size, agent-writable, first bytes) of the file at `real` right now; ContentError past
+    `limit` bytes (and past WRITABLE_MAX_BYTES for an agent-writable one), before any of it is read."""
     st = system_stat(real)
     if st is not None:
         hit = cache.get(st)
@@ -83,19 +93,26 @@ def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, 
     fd, fst = open_regular(real)
     try:
         if st is None:
-            data = read_all(fd, fst.st_size, WRITABLE_MAX_BYTES, real)
+            data = read_all(fd, fst.st_size, min(limit, WRITABLE_MAX_BYTES), real)
             return hashlib.sha256(data).hexdigest(), len(data), True, data[:SHEBANG_MAX]
-        digest = hash_fd(fd, fst, cache)
+        digest = hash_fd(fd, fst, cache, limit, real)
         return digest, fst.st_size, False, os.pread(fd, SHEBANG_MAX, 0)
     finally:
         os.close(fd)
 
 
-def hash_fd(fd: int, st: os.stat_result, cache: DigestCache = CACHE) -> str:
-    """sha256 of an open system-owned file, from `cache` while its (dev, ino, size, mtime, ctime) hold."""
+def hash_fd(
+    fd: int, st: os.stat_result, cache: DigestCache = CACHE, limit: int = PROGRAM_MAX_BYTES, path: str = ""
+) -> str:
+    """sha256 of an open system-owned file, from `cache` while its (dev, ino, size, mtime, ctime) hold;
+    ContentError for a file over `limit` bytes (unread) or one that grows past it while being read."""
     hit = cache.get(st)
     if hit is not None:
         return hit[0]
+    if st.st_size > limit:
+        raise ContentError(
+            path, f"has {st.st_size} bytes, over the {limit}-byte limit content binding reads", over=True
+        )
     h = hashlib.sha256()
     offset = 0
     head = b""
@@ -107,6 +124,8 @@ def hash_fd(fd: int, st: os.stat_result, cache: DigestCache = CACHE) -> str:
             head = chunk[:SHEBANG_MAX]
         h.update(chunk)
         offset += len(chunk)
+        if offset > limit:
+            raise ContentError(path, f"grew past the {limit}-byte limit content binding reads", over=True)
     digest = h.hexdigest()
     cache.put(st, digest, head)
     return digest

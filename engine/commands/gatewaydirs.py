@@ -43,7 +43,7 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from engine import pathtrust
 from engine.commands.hostoutside import inside
@@ -81,28 +81,35 @@ _roots_done: set[tuple[str, str]] = set()
 
 
 def record_root(home: str, root: str) -> None:
-    """Record a sandbox workspace root in use (once per process and root): covered in every view after,
-    whatever the config names then."""
+    """Record a sandbox workspace root in use (once per process and root, once written): covered in every
+    view after, whatever the config names then. RecordError when it cannot be written (the root is not
+    used: fail closed)."""
+    settle(home)
     key = (home, os.path.realpath(root))
     if key in _roots_done:
         return
     record(home, root, prefix=ROOT_PREFIX)
-    _roots_done.add(key)
+    if not _is_owed(home, ROOT_PREFIX, key[1]):
+        _roots_done.add(key)
 
 
 _writable_done: set[tuple[str, str]] = set()
 
 
 def record_writable(home: str, roots: Iterable[str]) -> None:
-    """Record each agent's hostWritable root a config names (once per process and root, resolved): an
-    agent retired from the config leaves its dir and what its runs wrote there, and every other agent's
-    view still covers it (fresh round 17 a), as a retired sandbox workspace root stays covered."""
+    """Record each agent's hostWritable root a config names (once per process and root, resolved, once
+    written): an agent retired from the config leaves its dir and what its runs wrote there, and every
+    other agent's view still covers it (fresh round 17 a), as a retired sandbox workspace root stays
+    covered. RecordError when one cannot be written: the view is not made (fail closed), and the root is
+    owed, written before any later view of this process is made, whatever the config names then."""
+    settle(home)
     for root in roots:
         key = (home, os.path.realpath(os.path.expanduser(root)))
         if key in _writable_done:
             continue
         record(home, key[1], prefix=WRITABLE_PREFIX)
-        _writable_done.add(key)
+        if not _is_owed(home, WRITABLE_PREFIX, key[1]):
+            _writable_done.add(key)
 
 
 def recorded_writable(home: str) -> tuple[str, ...]:
@@ -110,28 +117,113 @@ def recorded_writable(home: str) -> tuple[str, ...]:
     return _read(home).get(WRITABLE_PREFIX, ())
 
 
+class RecordError(Exception):
+    """A record every view of this account relies on could not be made durable (a full disk, a home this
+    account cannot write): what needed it is refused, never done without it (fresh round 18 c)."""
+
+
+# records that failed in this process, written before anything else is (settle): a view made after one
+# failed would otherwise lack it for good once the config stops naming it (fresh round 18 c)
+_owed: dict[tuple[str, str, str], None] = {}
+
+
+_deferring = threading.local()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """Every record made inside is tried, each failure owed, and the first RecordError raised at the end:
+    a view's first failed record cannot keep the others it needs from being written or owed."""
+    if getattr(_deferring, "errors", None) is not None:
+        yield
+        return
+    errors: list[RecordError] = []
+    _deferring.errors = errors
+    try:
+        yield
+    finally:
+        _deferring.errors = None
+    if errors:
+        raise errors[0]
+
+
+def _failed(exc: RecordError) -> None:
+    errors = getattr(_deferring, "errors", None)
+    if errors is None:
+        raise exc
+    errors.append(exc)
+
+
+def settle(home: str) -> None:
+    """Write every record this process owes `home` (one that failed before); RecordError while one still
+    cannot be written."""
+    if not _owed:
+        return
+    for key in [k for k in _owed if k[0] == home]:
+        try:
+            _write(home, key[2], key[1])
+        except RecordError as exc:
+            _failed(exc)
+            continue
+        _owed.pop(key, None)
+
+
+def _is_owed(home: str, prefix: str, real: str) -> bool:
+    return (home, prefix, real) in _owed
+
+
 def record(home: str, state: str, *, prefix: str = "", resolve: bool = True) -> None:
-    """Record `state` (resolved unless not `resolve`) for every view of this account; best effort (a home
-    this account cannot write keeps no record, and its views cover only their own), never through a link."""
+    """Record `state` (resolved unless not `resolve`) for every view of this account, durably (written and
+    synced) or RecordError naming the file and why (a full disk): never marked done unwritten. A failed one
+    is owed: written first at the next record of this process (settle). Never through a link."""
     real = os.path.realpath(state) if resolve else os.path.abspath(state)
+    try:
+        _write(home, real, prefix)
+    except RecordError as exc:
+        _owed[(home, prefix, real)] = None
+        _failed(exc)
+        return
+
+
+def _write(home: str, real: str, prefix: str) -> None:
     where = record_dir(home)
-    with contextlib.suppress(OSError):
+    name = prefix + hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
+    path = os.path.join(where, name)
+    # per thread (views are made in threads): two writing one entry never meet on one temp name
+    temp = os.path.join(where, f".{name}.{os.getpid()}.{threading.get_ident()}")
+    try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(where, 0o700)
         st = os.lstat(where)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            return  # a link or another's: not the record
-        name = prefix + hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
-        path = os.path.join(where, name)
+            raise RecordError(
+                f"{where}: not a directory of this account (a link or another's): cannot record {real}"
+            )
         if os.path.lexists(path):
             return
-        temp = os.path.join(where, f".{name}.{os.getpid()}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)  # one a crashed process of the same pid and thread id left
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, os.fsencode(real))
+            data = os.fsencode(real)
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, path)
+        dfd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise RecordError(
+            f"cannot record {real} in {path}: {exc.strerror or exc} (is the home's disk full?): every other "
+            "gateway's host views rely on this record, so what needs it is refused until it can be written"
+        ) from exc
 
 
 def recorded(home: str) -> tuple[str, ...]:
@@ -181,8 +273,10 @@ _secrets_done: set[tuple[str, str, str]] = set()
 
 
 def record_secrets(home: str, hidden: Iterable[str], covered: Iterable[str]) -> None:
-    """Record what a gateway's views hide because its config names it (once per process and path), as
-    named and resolved."""
+    """Record what a gateway's views hide because its config names it (once per process and path, once
+    written), as named and resolved. RecordError when one cannot be written (the start or view fails
+    closed; owed from then on)."""
+    settle(home)
     for prefix, paths in ((HIDDEN_PREFIX, hidden), (COVERED_PREFIX, covered)):
         for path in paths:
             key = (home, prefix, os.path.abspath(path))
@@ -190,7 +284,8 @@ def record_secrets(home: str, hidden: Iterable[str], covered: Iterable[str]) -> 
                 continue
             record(home, path, prefix=prefix)
             record(home, path, prefix=prefix, resolve=False)
-            _secrets_done.add(key)
+            if not _is_owed(home, prefix, os.path.realpath(path)) and not _is_owed(home, prefix, key[2]):
+                _secrets_done.add(key)
 
 
 def others_secrets(home: str, state: str, needed: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -258,8 +353,12 @@ CLAIM_VERB = "exechost state claim"  # the operator's explicit word for an unrec
 def claim(home: str, state: str) -> None:
     """The operator's own exechost command about to write `state` (a CLI verb before the first gateway
     start: `agents add`): record it when adopt would (new or empty), never refuse (a gateway's start does)."""
-    with contextlib.suppress(StateDirRefusedError):
+    try:
         adopt(home, state, {})
+    except StateDirRefusedError:
+        pass
+    except RecordError:  # a host run's CLI (the home read-only) or a full disk: the gateway's start judges
+        _owed.pop((home, "", os.path.realpath(state)), None)
 
 
 def claim_state(home: str, state: str) -> str:

@@ -341,7 +341,13 @@ def view_args(
     # the shadows and the sockets' covers (a cover over a directory hides what was bound in it), before
     # the agent's private dirs (outside the home)
     found = home_private(state, environ, outside, roots, includes)
-    hide = homeprivate.view_ops(os.path.realpath(_empty_file(state)), found)
+    # A file the gateway's config names (a node's 0600 key) is private too, but hidden above already: left
+    # out of its directory's copy (~/.ssh, dirshadow) or bound over with the empty file. A second bind at a
+    # file absent from a read-only copy makes bwrap create it there, which fails every run (the key in
+    # ~/.ssh/, where the refusal above tells the operator to put it).
+    gone = {os.path.realpath(p) for p in outside.hidden}
+    kept = homeprivate.Found(found.dirs, [f for f in found.files if os.path.realpath(f) not in gone])
+    hide = homeprivate.view_ops(os.path.realpath(_empty_file(state)), kept)
     # other agents' roots after every other operation on the home (a cover is the last word at its place;
     # what was bound below it is hidden with it), none already hidden whole as private to the operator
     covers = otherroots.ops(roots, [r for r in others if not homeprivate.below(r, set(found.dirs))])

@@ -24,11 +24,12 @@ _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 class Unreadable(Exception):
     """A file that cannot be read as content: absent, not a regular file, or over its cap."""
 
-    def __init__(self, path: str, reason: str, code: int = 0) -> None:
+    def __init__(self, path: str, reason: str, code: int = 0, *, over: bool = False) -> None:
         super().__init__(f"{path}: {reason}" if code else f"{path} {reason}")
         self.path = path
         self.reason = reason
         self.errno = code  # the open's errno; 0 when the file is there but not content
+        self.over = over  # there, and larger than the reader's cap
 
     @property
     def absent(self) -> bool:
@@ -57,7 +58,7 @@ def open_regular(path: str, *, follow: bool = True) -> tuple[int, os.stat_result
 def read_fd(fd: int, size: int, limit: int, path: str = "") -> bytes:
     """All of an open regular file (`size`: its fstat size), refused past `limit` bytes."""
     if size > limit:
-        raise Unreadable(path, f"has {size} bytes, over the {limit}-byte limit")
+        raise Unreadable(path, f"has {size} bytes, over the {limit}-byte limit", over=True)
     chunks: list[bytes] = []
     total = 0
     while True:
@@ -69,7 +70,7 @@ def read_fd(fd: int, size: int, limit: int, path: str = "") -> bytes:
             return b"".join(chunks)
         total += len(chunk)
         if total > limit:
-            raise Unreadable(path, f"grew past the {limit}-byte limit while being read")
+            raise Unreadable(path, f"grew past the {limit}-byte limit while being read", over=True)
         chunks.append(chunk)
 
 

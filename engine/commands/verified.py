@@ -12,7 +12,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.commands.boundfiles import ContentBinding, ContentItem
-from engine.commands.digests import CACHE, WRITABLE_MAX_BYTES, ContentError, hash_fd, open_regular, read_all
+from engine.commands.digests import (
+    CACHE,
+    UNREADABLE,
+    WRITABLE_MAX_BYTES,
+    ContentError,
+    hash_fd,
+    open_regular,
+    read_all,
+)
 from engine.commands.filetrust import system_owned, system_stat
 from engine.commands.interpoptions import python_skips_first_line
 from engine.commands.interpreters import name_of
@@ -245,6 +253,9 @@ def _check(item: ContentItem) -> bytes | None:
         elif os.path.lexists(item.path):
             raise StaleContent(f"{item.path} appeared since it was approved (it did not exist)")
         return None
+    if item.sha256 == UNREADABLE:
+        # Bound unreadable (over the cap, a FIFO): nothing is read again here, the run is refused.
+        raise StaleContent(f"{item.path} could not be bound when it was decided (see the decision's reasons)")
     if not item.writable or item.linked:
         st = system_stat(item.real)
         hit = CACHE.get(st) if st is not None else None
@@ -262,7 +273,10 @@ def _check(item: ContentItem) -> bytes | None:
                 raise StaleContent(f"{item.path}: {exc}") from None
             found = hashlib.sha256(data).hexdigest()
         else:
-            data, found = None, hash_fd(fd, st, CACHE)
+            try:
+                data, found = None, hash_fd(fd, st, CACHE, path=item.path)
+            except ContentError as exc:  # over the cap content binding reads: it was bound unreadable
+                raise StaleContent(f"{item.path}: {exc}") from None
     finally:
         os.close(fd)
     if found != item.sha256:

@@ -90,6 +90,7 @@ class DockerConfig:
     cpus: float | None = None
     pids_limit: int | None = DEFAULT_PIDS_LIMIT
     ulimits: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))  # (soft, hard)
+    file_table_share: int = 16  # 1/N of fs.file-max one sandbox may hold (engine.sandbox.filetable)
     seccomp_profile: str | None = None
     apparmor_profile: str | None = None
     dns: list[str] = field(default_factory=list)

@@ -137,6 +137,8 @@ DOCKER_KEYS: dict[str, Spec | Table] = {
     # DESIGN §9 lists a pids limit among the hardened defaults (OpenClaw leaves it unset).
     "pidsLimit": Spec("pids_limit", "int", minimum=1),
     "ulimits": Spec("ulimits", "ulimits"),
+    # 1/N of the host's fs.file-max one sandbox may hold (nofile x pidsLimit): engine.sandbox.filetable.
+    "fileTableShare": Spec("file_table_share", "int", minimum=2, maximum=4096),
     "seccompProfile": Spec("seccomp_profile", "str"),
     "apparmorProfile": Spec("apparmor_profile", "str"),
     "dns": Spec("dns", "iplist"),

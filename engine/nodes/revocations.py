@@ -93,9 +93,12 @@ class Revocations:
         with _UNWRITTEN_LOCK:
             _UNWRITTEN.pop(self.path, None)  # the file holds every one now
 
-    def add(self, agent: str, credential_stamp: str, rotated: bool = False) -> Revocation:
+    def add(
+        self, agent: str, credential_stamp: str, rotated: bool = False, *, durable: bool = False
+    ) -> Revocation:
         """A revoke (or a rotation: `rotated`) every node must hear: kept until each configured node
-        answered it."""
+        answered it. `durable` (a process that ends before any node hears it: the offline CLI): written
+        or OSError, never kept only in this process (fresh round 18 c)."""
         if not valid_name(agent):
             raise ValueError(f"invalid agent {agent!r}")
         made = Revocation(
@@ -107,6 +110,14 @@ class Revocations:
             with statefs.file_lock(self.path):
                 self._save(self._load())
         except (OSError, statefs.StateFileError) as exc:
+            if durable:
+                with _UNWRITTEN_LOCK:
+                    held = _UNWRITTEN.get(self.path, [])
+                    held[:] = [r for r in held if r is not made]
+                raise OSError(
+                    f"{self.path}: the revocation of {agent} owed to the nodes could not be written ({exc}; "
+                    "is the state dir's disk full?)"
+                ) from exc
             log.warning(
                 "%s could not be written (%s): the revocation of %s is kept in this process, and the nodes "
                 "are told from it (a restart before it is written loses it)",

@@ -17,12 +17,23 @@ from engine.sandbox import hostrevocations
 log = logging.getLogger("exechost.revoke")
 
 
-def owe(state: Path, agent: str, old: str | None, nodes: bool, rotated: bool = False) -> None:
+def owe(
+    state: Path, agent: str, old: str | None, nodes: bool, rotated: bool = False, *, durable: bool = False
+) -> None:
     """Durable first: the gateway host owes the kill of the agent's host runs (not for a rotation: its runs
     go on, their egress cut by the new generation), and every configured node (`nodes`) the revocation of
     the credential `old` (or of a rotation). A crash before the credential changes owes a revoke the
     operator asked for and did not see answered: the safe side. What cannot be written is logged, and the
-    credential changes anyway (a revoke never waits on what it owes)."""
+    credential changes anyway (a revoke never waits on what it owes) in a gateway, which goes on telling the
+    nodes from its memory. `durable` (the offline CLI, which ends at once): what cannot be written raises
+    OSError naming the file, before the credential changes (fresh round 18 c)."""
+    if durable:
+        if nodes:
+            stamp = credential_stamp(principals.credential_id(old) if old else "")
+            Revocations(state).add(agent, stamp, rotated, durable=True)
+        if not rotated:
+            hostrevocations.owe(state, agent)
+        return
     # Each step on its own: a host kill the disk refused cannot cost the nodes theirs, which is kept in this
     # process when the disk refuses it too (Revocations.add), so connected nodes hear it (fresh round 17 c).
     if nodes:
@@ -40,11 +51,11 @@ def owe(state: Path, agent: str, old: str | None, nodes: bool, rotated: bool = F
             )
 
 
-def revoke(state: Path, agent: str, nodes: bool) -> tuple[bool, str | None]:
+def revoke(state: Path, agent: str, nodes: bool, *, durable: bool = False) -> tuple[bool, str | None]:
     """What is owed, then the credential removed (fsynced): (removed, the old token). The caller ends the
-    agent's host runs and only then settles them (hostrevocations.settle)."""
+    agent's host runs and only then settles them (hostrevocations.settle). `durable`: as owe's."""
     old = principals.read_token(state, agent)
-    owe(state, agent, old, nodes)
+    owe(state, agent, old, nodes, durable=durable)
     return principals.revoke(state, agent), old
 
 

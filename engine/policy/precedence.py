@@ -15,7 +15,7 @@ from engine.modes import (
     normalize_host,
     normalize_security,
 )
-from engine.principals import canonical_session
+from engine.principals import OPERATOR_SCOPE, canonical_session, operator_key
 from engine.results import ToolError
 
 if TYPE_CHECKING:
@@ -62,6 +62,21 @@ def overrides_for(
     if own is None:
         return agent_wide
     return own.over(agent_wide)
+
+
+def operator_overrides(table: Mapping[str, SessionOverrides], session_key: str) -> SessionOverrides | None:
+    """What applies to the operator's own call (naming no agent: it runs under main's configured policy
+    for want of one of its own). Only keys of the operator's own scope, `operator` for every such call and
+    operator_key(its session key) on top, field by field: keys no agent can set (an agent's keys are all
+    `agent:<self>…`, principals.own_key), so agent main's self-tightening `/exec security=deny` on
+    `agent:main` or its main session stays its own (fresh round 18 b), and the operator's lockdown of
+    agent main never refuses the operator."""
+    wide = table.get(OPERATOR_SCOPE)
+    key = operator_key(session_key)
+    own = table.get(key) if key != OPERATOR_SCOPE else None
+    if own is None:
+        return wide
+    return own.over(wide)
 
 
 @dataclass

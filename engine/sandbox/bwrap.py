@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import bindfds, bwrapmemory, dockercg, landlock, sandboxuid, usershare
+from engine.sandbox import bindfds, bwrapmemory, dockercg, hostcpu, landlock, sandboxuid, usershare
 from engine.sandbox import supervisor as sv
 from engine.sandbox.bwraplimits import (
     budget_lock,
@@ -63,17 +63,21 @@ log = logging.getLogger(__name__)
 # here, with starts apart, against 0.07 ms: docs/BENCHMARKS.md).
 # $4, $5: the same for the v1 memory hierarchy (engine.sandbox.bwrapmemory): the sandbox's memory group (or
 # ""), entered before bwrap, so every page of the sandbox is charged to it; and the gateway's, for the keeper.
+# $6, $7: the same for the v1 cpu hierarchy (engine.sandbox.hostcpu): the sandbox's cpu group in its owner's,
+# so its processes weigh as one share of the agent's, never as the gateway's own (fresh round 18 a).
 # bwrap's stderr is a pipe, not the log: every process inside inherits it (bwrap's init, pid 1, keeps it),
 # and one of the same uid may reopen /proc/<pid>/fd/2 — a host file would take appends without the tmpfs
 # cap on its size. `tail` drains it and writes its last 4 KiB to the log when the last process inside has
 # gone (what bwrap said, when it failed to start; one exec beside bwrap's start, of the bin dir's static
 # busybox ($3) where there is one: no dynamic loading); the keeper waits for it.
 KEEPER_SH = (
-    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nd=$3\nm=$4\nh=$5\nshift 5\n"
+    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nd=$3\nm=$4\nh=$5\nu=$6\nb=$7\nshift 7\n"
     'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n'
     'if [ -n "$m" ]; then echo 0 > "$m/tasks" || exit 126; fi\n'
+    'if [ -n "$u" ]; then echo 0 > "$u/tasks" || exit 126; fi\n'
     '"$@" 2>&1 | "${d:-tail}" ${d:+tail} -c 4096 >&2 &\np=$!\n'
-    '[ -n "$c" ] && echo 0 > "$c/tasks"\n[ -n "$h" ] && echo 0 > "$h/tasks"\nwait $p\n'
+    '[ -n "$c" ] && echo 0 > "$c/tasks"\n[ -n "$h" ] && echo 0 > "$h/tasks"\n'
+    '[ -n "$b" ] && echo 0 > "$b/tasks"\nwait $p\n'
 )
 
 
@@ -174,11 +178,12 @@ def start(
             check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = pids_cgroup(lay.name, how.pids_limit, owner)
             memory = bwrapmemory.memory_cgroup(lay.name, owner, settings.docker.memory)
+            cpu = hostcpu.sandbox_cpu_group(owner, lay.name)
             try:
                 passed = (fd, *(b.fd for b in binds), *(() if userns is None else (userns,)))
-                keeper = _spawn_keeper(lay, how, passed, group, has_busybox, memory)
+                keeper = _spawn_keeper(lay, how, passed, group, has_busybox, (memory, cpu))
             except BaseException:
-                for made in (group, memory):
+                for made in (group, memory, cpu):
                     if made is not None:
                         with contextlib.suppress(OSError):
                             made.rmdir()
@@ -189,15 +194,21 @@ def start(
                     os.close(held)
             bindfds.close(binds)
         return _adopt_keeper(
-            settings, lay, how, keeper, (group, memory), owner, config_hash, created_at_ms, layer, uid
+            settings, lay, how, keeper, (group, memory, cpu), owner, config_hash, created_at_ms, layer, uid
         )
 
 
 def _spawn_keeper(
-    lay: Layout, how: Plan, fds: tuple[int, ...], group: Path | None, has_busybox: bool, memory: Path | None
+    lay: Layout,
+    how: Plan,
+    fds: tuple[int, ...],
+    group: Path | None,
+    has_busybox: bool,
+    joined: tuple[Path | None, Path | None],
 ) -> subprocess.Popen[bytes]:
     """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
-    `group` (pids) and `memory` itself."""
+    `group` (pids) and the `joined` memory and cpu groups itself."""
+    memory, cpu = joined
     log_fd = os.open(log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         home = str(own_cgroup()) if group is not None else ""
@@ -205,8 +216,17 @@ def _spawn_keeper(
         drain = str(sv.bin_dir() / "busybox") if has_busybox else ""
         charged = str(memory) if memory is not None else ""
         back = str(bwrapmemory.own_memory_cgroup()) if memory is not None else ""
+        weighed = str(cpu) if cpu is not None else ""
+        cpu_home = str(hostcpu.own_cpu_group()) if cpu is not None else ""
         return subprocess.Popen(
-            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", inside, home, drain, charged, back, *how.argv],
+            [
+                "/bin/sh",
+                "-c",
+                KEEPER_SH,
+                "exechost-sandbox",
+                *(inside, home, drain, charged, back, weighed, cpu_home),
+                *how.argv,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
@@ -225,7 +245,7 @@ def _adopt_keeper(
     lay: Layout,
     how: Plan,
     keeper: subprocess.Popen[bytes],
-    groups: tuple[Path | None, Path | None],
+    groups: tuple[Path | None, Path | None, Path | None],
     owner: str,
     config_hash: str,
     created_at_ms: int,
@@ -247,6 +267,7 @@ def _adopt_keeper(
             "rootfs": settings.bwrap_rootfs,
             "cgroup": str(groups[0]) if groups[0] is not None else None,
             "memoryCgroup": str(groups[1]) if groups[1] is not None else None,
+            "cpuCgroup": str(groups[2]) if groups[2] is not None else None,
             "owner": owner,
             "tmpfsBytes": how.tmpfs_bytes,
             "landlock": layer.to_dict(),
@@ -323,6 +344,9 @@ def remove(name: str) -> bool:
         memory = record.get("memoryCgroup")
         if isinstance(memory, str):
             bwrapmemory.remove(memory)
+        cpu = record.get("cpuCgroup")
+        if isinstance(cpu, str):
+            hostcpu.remove_group(cpu)
     for path in (record_path(name), log_path(name)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

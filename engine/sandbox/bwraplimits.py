@@ -21,10 +21,12 @@ from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, HOST_GROUP, INSTALL_PIDS_SHARE, KEPT_GROUPS, made
 from engine.sandbox.rambudget import (
     AGENT_MEMORY_SHARE,
+    AGENT_TCP_SHARE,
     INSTALL_MEMORY_SHARE,
     SHM_BYTES,
     TMPFS_BYTES,
     mem_total,
+    tcp_max,
 )
 from engine.sandbox.settings import slugify, state_id
 
@@ -42,6 +44,7 @@ def sweep_cgroups() -> None:
         rows = list_sandboxes()
         live = {str(r.get("cgroup")) for r in rows}
         bwrapmemory.sweep({str(r.get("memoryCgroup")) for r in rows})
+        hostcpu.sweep({str(r.get("cpuCgroup")) for r in rows})
         for base in _cgroup_bases():
             install = base / f"exechost-{state_id()}"
             # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
@@ -152,7 +155,8 @@ def host_memory_group(agent_id: str) -> Path | None:
 
 def operator_memory_group() -> Path | None:
     """The memory cgroup the operator's own gateway-host runs join: a principal of its own, outside every
-    agent's group and the install's (as operator_pids_group), capped at a quarter of the RAM too."""
+    agent's group and the install's (as operator_pids_group), capped at a quarter of the RAM too, and its
+    TCP socket buffers charged there at a principal's share (rambudget.AGENT_TCP_SHARE)."""
     if not bwrapmemory.usable():
         return None
     group = bwrapmemory.MEMORY_BASE / f"exechost-operator-{state_id()}"
@@ -160,6 +164,7 @@ def operator_memory_group() -> Path | None:
         group.mkdir(exist_ok=True)
         with contextlib.suppress(OSError):  # (EBUSY: more in use than a lower cap; it stays as it was)
             (group / "memory.limit_in_bytes").write_text(str(mem_total() // AGENT_MEMORY_SHARE))
+        bwrapmemory.charge_tcp(((group, tcp_max() // AGENT_TCP_SHARE),))  # (its sockets: a principal's share)
         return group
     except OSError:
         return None

@@ -45,7 +45,29 @@ def memory_cgroup(name: str, owner: str, memory: str | None) -> Path | None:
         (install, ram // rambudget.INSTALL_MEMORY_SHARE),
         (install / owner, ram // rambudget.AGENT_MEMORY_SHARE),
     )
-    return made(caps, group, limit, _set_cap, _cap_group)
+    found = made(caps, group, limit, _set_cap, _cap_group)
+    if found is not None:
+        tcp = rambudget.tcp_max()
+        agent = tcp // rambudget.AGENT_TCP_SHARE
+        charge_tcp(
+            (
+                (install, tcp // rambudget.INSTALL_TCP_SHARE),
+                (install / owner, agent),
+                (found, min(limit, agent)),
+            )
+        )
+    return found
+
+
+def charge_tcp(caps: tuple[tuple[Path, int], ...]) -> None:
+    """Each group's TCP socket buffers charged to it and capped (rambudget.AGENT_TCP_SHARE), parents first:
+    a v1 memory group charges the sockets its tasks make only once its own kmem.tcp limit was written, and
+    each charge counts against every ancestor's too. A cap the kernel refuses (EBUSY: lower than what its
+    sockets hold now) stays as it was; a hierarchy without the file (cgroup v2 charges sockets to memory.max
+    already) is left alone."""
+    for group, cap in caps:
+        with contextlib.suppress(OSError):
+            (group / rambudget.TCP_LIMIT).write_text(str(cap))
 
 
 def _cap_group(group: Path, cap: int) -> None:

@@ -18,8 +18,8 @@ from engine.sandbox.settings import Layout, SandboxSettings
 from engine.sandbox.validate import sanitize_container_env
 from engine.sessions.launcher import LocalLauncher, RunSpec
 
-# A terminal's first step: join the sandbox's pids and memory cgroups (the words before `--`) as the keeper
-# does, or run nothing.
+# A terminal's first step: join the sandbox's pids, memory and cpu cgroups (the words before `--`) as the
+# keeper does, or run nothing.
 JOIN_SH = 'while [ "$1" != -- ]; do echo 0 > "$1/tasks" || exit 126; shift; done\nshift\nexec "$@"\n'
 
 
@@ -76,9 +76,15 @@ async def terminal(
         argv = [prlimit, *limits, "--", *argv] if prlimit else argv
         # Into the scope's pids cgroup first (RLIMIT_NPROC does not bind uid 0): a terminal counts
         # against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
-        # Its memory group too: its pages are the sandbox's (engine.sandbox.bwrapmemory).
+        # Its memory and cpu groups too: its pages and its CPU are the sandbox's (bwrapmemory, hostcpu).
         wanted = (
-            (record.get("cgroup") if how.pids_limit else None, record.get("memoryCgroup")) if record else ()
+            (
+                record.get("cgroup") if how.pids_limit else None,
+                record.get("memoryCgroup"),
+                record.get("cpuCgroup"),
+            )
+            if record
+            else ()
         )
         groups = [g for g in wanted if isinstance(g, str) and g.startswith("/sys/fs/cgroup/")]
         if groups:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from engine import sysbin
 from engine.commands import hostkeeper
-from engine.sandbox import bindfds, landlock
+from engine.sandbox import bindfds, filetable, landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.egress import forwarder
@@ -216,7 +216,7 @@ def plan(
     argv += ["--chdir", d.workdir]
     argv += ["--seccomp", str(seccomp), "--", *command]
     rlimits = {
-        resource.RLIMIT_NOFILE: d.ulimits.get("nofile", (4096, 8192)),
+        resource.RLIMIT_NOFILE: filetable.nofile(d),  # (its share of the host's open-file table)
         resource.RLIMIT_CORE: d.ulimits.get("core", (0, 0)),
     }
     if d.pids_limit:

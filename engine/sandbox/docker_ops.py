@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import statefs
 from engine.errors import ExecHostError
-from engine.sandbox import dockercg, dockerseccomp, rambudget
+from engine.sandbox import dockercg, dockerpts, dockerseccomp, filetable, rambudget
 from engine.sandbox import supervisor as sv
 from engine.sandbox.egress import forwarder
 from engine.sandbox.settings import (
@@ -242,7 +242,8 @@ def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
         "cap_drop": _cap_drop(d.cap_drop),
         "mem_limit": rambudget.container_memory(d.memory),
         "security_opt": security_opt,
-        "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in d.ulimits.items()],
+        # nofile within the sandbox's share of the host's open-file table (engine.sandbox.filetable)
+        "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in filetable.ulimits(d).items()],
         # The container's init keeps the engine's log pipe as stdout, and a command of its uid reopens it
         # (/proc/1/fd/1): its log on the host's disk is a capped one, whatever the daemon's default driver
         # (fresh round 17 a; bwrap's is a 4 KiB tail). json-file, so `docker logs` still reads it.
@@ -277,6 +278,7 @@ def create_and_start(kwargs: dict[str, Any]) -> None:
     try:
         with dockercg.holding(kwargs.get("cgroup_parent")):
             container.start()
+            _confine_started(str(container.id), kwargs.get("cgroup_parent"))
     except Exception:
         remove(kwargs["name"])
         raise
@@ -288,13 +290,33 @@ def rename(old: str, new: str) -> None:
 
 
 def start(name: str) -> None:
-    with dockercg.holding(_cgroup_parent(name)):
+    parent = _cgroup_parent(name)
+    with dockercg.holding(parent):
         client().api.start(name)
+        _confine_started(name, parent)
 
 
 def restart(name: str) -> None:
-    with dockercg.holding(_cgroup_parent(name)):
+    parent = _cgroup_parent(name)
+    with dockercg.holding(parent):
         client().api.restart(name, timeout=1)
+        _confine_started(name, parent)  # (runc made its groups and mounts anew)
+
+
+def _confine_started(name: str, parent: str | None) -> None:
+    """What a started container gets before any command of the agent's runs in it (each comes by an exec
+    afterwards): its TCP socket buffers charged to its memory group (dockercg.charge_container_tcp), its
+    /dev/pts a devpts with max= (dockerpts). The container is stopped when the terminals' cap fails."""
+    info = client().api.inspect_container(name)
+    if not info.get("State", {}).get("Running"):
+        return  # (it ended already, its supervisor gone: no command runs in it, and its next start caps it)
+    container_id = str(info.get("Id", ""))
+    dockercg.charge_container_tcp(parent, container_id)
+    why = dockerpts.cap_terminals(int(info.get("State", {}).get("Pid") or 0), container_id)
+    if why is not None:
+        with contextlib.suppress(Exception):
+            client().api.kill(container_id or name)
+        raise SandboxUnavailable(f"sandbox {name} not started: its terminals could not be capped ({why})")
 
 
 def _cgroup_parent(name: str) -> str | None:

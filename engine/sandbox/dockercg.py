@@ -10,7 +10,8 @@ parent with no cap, so making (and capping) the parents and starting the contain
 flock, and removing an emptied owner group only under the exclusive one; bwraplimits' sweeps leave the
 `docker` group to this module. The same groups in the v1 memory hierarchy are capped at the RAM budget's
 shares (engine/sandbox/rambudget.py): a quarter of the host's RAM for an owner's containers and bwrap
-sandboxes together, half for the install's; tmpfs pages are charged there too, so a full /tmp counts.
+sandboxes together, half for the install's; tmpfs pages are charged there too, so a full /tmp counts. Their
+TCP socket buffers too (kmem.tcp, rambudget.AGENT_TCP_SHARE): each container's group once it started.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import rambudget
+from engine.sandbox import bwrapmemory, rambudget
 from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, DOCKER_GROUP, INSTALL_PIDS_SHARE
 from engine.sandbox.settings import slugify, split_namespace, state_id
 
 PIDS_BASE = Path("/sys/fs/cgroup/pids")
 MEMORY_BASE = Path("/sys/fs/cgroup/memory")
+CPU_BASE = Path("/sys/fs/cgroup/cpu")  # runc makes the cgroup parent there too: each owner's share (hostcpu)
 
 
 def owner_of(scope: str, agent_id: str) -> str:
@@ -114,7 +116,27 @@ def _cap_memory(parent: str) -> None:
         group.mkdir(exist_ok=True)
         with contextlib.suppress(OSError):
             (group / "memory.limit_in_bytes").write_text(str(cap))
+    tcp = rambudget.tcp_max()
+    bwrapmemory.charge_tcp(
+        ((owner.parent, tcp // rambudget.INSTALL_TCP_SHARE), (owner, tcp // rambudget.AGENT_TCP_SHARE))
+    )
     (owner / DOCKER_GROUP).mkdir(exist_ok=True)
+
+
+def charge_container_tcp(parent: str | None, container_id: str) -> None:
+    """A started container's TCP socket buffers charged to its own memory group (runc makes it without a
+    kmem.tcp limit, and a v1 group charges its tasks' sockets only once one is written), capped at its
+    memory limit or its owner's share, whichever is lower; each charge counts in the owner's group too
+    (_cap_memory). Written after the start and before any command of the agent's runs in it (every one
+    comes by an exec, or the supervisor's spawn, afterwards): the sockets those make are charged."""
+    if not parent or not parent.startswith(f"/{_install().name}/") or not container_id:
+        return
+    group = MEMORY_BASE / parent.lstrip("/") / container_id
+    try:
+        limit = int((group / "memory.limit_in_bytes").read_text())
+    except (OSError, ValueError):
+        return
+    bwrapmemory.charge_tcp(((group, min(limit, rambudget.tcp_max() // rambudget.AGENT_TCP_SHARE)),))
 
 
 def memory_cap(parent: str | None) -> int | None:
@@ -137,7 +159,7 @@ def sweep() -> None:
     install's) they leave empty; a group still holding a container's group, a bwrap sandbox's or host
     runs' refuses rmdir (EBUSY), and is kept."""
     with _locked(fcntl.LOCK_EX):
-        for install in (_install(), _install(MEMORY_BASE)):
+        for install in (_install(), _install(MEMORY_BASE), _install(CPU_BASE)):  # (runc made the cpu ones)
             if not install.is_dir():
                 continue
             owners = [p for p in install.iterdir() if p.is_dir()]

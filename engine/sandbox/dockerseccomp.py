@@ -8,8 +8,8 @@ capability-gated entries of Docker's profile would add nothing), less REFUSED_SY
 give a file its mode are allowed only when that mode carries no set-id bit (MODE_ARG); clone only without
 a namespace flag; UNSUPPORTED_SYSCALLS fail with ENOSYS (clone3's and openat2's flags sit in a struct no
 filter reads, and libc and runtimes fall back to clone and openat; io_setup takes from the host-wide
-fs.aio-max-nr, and libaio's users fall back to threads); socket only for SOCKET_FAMILIES. A call this runc's
-libseccomp does not know is dropped from the profile by runc, so it fails too.
+fs.aio-max-nr, and libaio's users fall back to threads); socket only for SANDBOX_SOCKET_FAMILIES (no
+netlink). A call this runc's libseccomp does not know is dropped from the profile by runc, so it fails too.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from engine.sandbox.seccomprules import (
     MODE_ARG,
     NAMESPACE_FLAGS,
     REFUSED_SYSCALLS,
+    SANDBOX_SOCKET_FAMILIES,
     SET_ID_BITS,
-    SOCKET_FAMILIES,
     UNSUPPORTED_SYSCALLS,
 )
 
@@ -94,7 +94,10 @@ def profile_json() -> str:
         for name, arg in MODE_ARG.items()
     ]
     rules.append(_rule("clone", "SCMP_ACT_ALLOW", _arg(0, "SCMP_CMP_MASKED_EQ", sum(NAMESPACE_FLAGS))))
-    rules += [_rule("socket", "SCMP_ACT_ALLOW", _arg(0, "SCMP_CMP_EQ", family)) for family in SOCKET_FAMILIES]
+    rules += [
+        _rule("socket", "SCMP_ACT_ALLOW", _arg(0, "SCMP_CMP_EQ", family))
+        for family in SANDBOX_SOCKET_FAMILIES
+    ]
     rules += [_rule("personality", "SCMP_ACT_ALLOW", _arg(0, "SCMP_CMP_EQ", p)) for p in PERSONALITIES]
     rules += [_rule(name, "SCMP_ACT_ERRNO", errnoRet=errno.ENOSYS) for name in UNSUPPORTED_SYSCALLS]
     profile = {"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": errno.EPERM, "syscalls": rules}

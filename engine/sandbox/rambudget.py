@@ -1,7 +1,10 @@
 """The one RAM budget both sandbox backends draw from: what a tmpfs mount and a sandbox may pin, and the
-shares of the host's RAM an agent's sandboxes and an install's may take together."""
+shares of the host's RAM (and of its TCP socket memory) an agent's sandboxes and an install's may take
+together."""
 
 from __future__ import annotations
+
+import os
 
 TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp stops there, not at the host disk
 # /dev/shm (POSIX shared memory): Docker's size. bwrap's own /dev is a tmpfs of half the RAM, so it is made
@@ -12,6 +15,15 @@ SHM_BYTES = 64 * 1024 * 1024
 # at them (engine/sandbox/dockercg.py), and one container by default at the agent's share.
 INSTALL_MEMORY_SHARE = 2
 AGENT_MEMORY_SHARE = 4
+# TCP socket buffers: net.ipv4.tcp_mem is one count for the whole machine (no network namespace divides it),
+# and past its maximum no socket on the host may grow its buffers. A v1 memory group charges them only where
+# memory.kmem.tcp.limit_in_bytes was written (cgroup v2 charges them to memory.max already), so every group an
+# agent's processes run in has it: an install's sockets together at most a quarter of tcp_mem's maximum
+# (below its pressure threshold, two thirds), one agent's (or the shared scope's) a sixteenth, one sandbox
+# its memory cap if lower (fresh round 18 a: a 128 MB sandbox held 292 MB in loopback pairs it never read).
+INSTALL_TCP_SHARE = 4
+AGENT_TCP_SHARE = 16
+TCP_LIMIT = "memory.kmem.tcp.limit_in_bytes"
 
 
 def mem_total() -> int:
@@ -23,6 +35,19 @@ def mem_total() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 4 * 1024**3  # unknown: assume a small machine
+
+
+def tcp_max() -> int:
+    """net.ipv4.tcp_mem's maximum in bytes (pages of the host's size); a 4 GiB machine's when unknown."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_mem") as fh:
+            return int(fh.read().split()[2]) * _page_size()
+    except (OSError, ValueError, IndexError):
+        return 4 * 1024**3 * 3 // 32  # the kernel's default: 3/32 of the RAM
+
+
+def _page_size() -> int:
+    return os.sysconf("SC_PAGE_SIZE")
 
 
 def parse_bytes(value: str | int | None) -> int | None:

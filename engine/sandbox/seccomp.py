@@ -14,8 +14,8 @@ from engine.sandbox.seccomprules import (
     MODE_ARG,
     NAMESPACE_FLAGS,
     REFUSED_SYSCALLS,
+    SANDBOX_SOCKET_FAMILIES,
     SET_ID_BITS,
-    SOCKET_FAMILIES,
     TIOCSTI,
     UNSUPPORTED_SYSCALLS,
 )
@@ -45,9 +45,8 @@ def seccomp_program() -> bytes:
     """The filter as BPF, exported by libseccomp: everything allowed except REFUSED_SYSCALLS (EPERM),
     clone() making a namespace (EPERM), UNSUPPORTED_SYSCALLS (ENOSYS: clone3's flags are out of a filter's
     reach, and libc falls back to clone; io_setup takes from a host-wide count), TIOCSTI, a set-id bit in
-    any mode (EPERM; openat2 ENOSYS), socket() of a family
-    outside SOCKET_FAMILIES (EAFNOSUPPORT); another architecture's calls kill the process (libseccomp's
-    default)."""
+    any mode (EPERM; openat2 ENOSYS), socket() of a family outside SANDBOX_SOCKET_FAMILIES (EAFNOSUPPORT:
+    no netlink); another architecture's calls kill the process (libseccomp's default)."""
     sc = _seccomp_module()
     filt = sc.SyscallFilter(defaction=sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
@@ -71,9 +70,9 @@ def seccomp_program() -> bytes:
     # An allowlist written as its complement (a filter's default here is allow): every family number below
     # the largest allowed one that is not allowed, and everything above it, fails as unsupported.
     refused_family = sc.ERRNO(errno.EAFNOSUPPORT)
-    top = max(SOCKET_FAMILIES)
+    top = max(SANDBOX_SOCKET_FAMILIES)
     for family in range(top):
-        if family not in SOCKET_FAMILIES:
+        if family not in SANDBOX_SOCKET_FAMILIES:
             filt.add_rule(refused_family, "socket", sc.Arg(0, sc.EQ, family))
     filt.add_rule(refused_family, "socket", sc.Arg(0, sc.GT, top))
     read_fd, write_fd = os.pipe()

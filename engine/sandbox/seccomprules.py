@@ -106,6 +106,16 @@ SOCKET_FAMILIES = (
     10,  # AF_INET6
     16,  # AF_NETLINK (getaddrinfo, ip): per network namespace
 )
+# What the sandboxes (bwrap and Docker) allow of those: no AF_NETLINK. A netlink socket's queued buffers
+# are charged to no memory group (v1's or v2's) and counted by no host-wide limit (TCP and UDP at least
+# have tcp_mem/udp_mem), and SO_RCVBUF's ceiling, net.core.rmem_max, is read-only outside the host's own
+# network namespace (kernel 6.18: even for root, even by Docker's --sysctl), so it cannot be lowered per
+# sandbox: a sandbox capped at 128m queued 518 MiB to NETLINK_USERSOCK sockets it never read (fresh round
+# 18 a), ~8 MiB a socket. Keeping only NETLINK_ROUTE would not close it (its own replies to requests it
+# never reads fill the same 8 MiB). No sandboxed command needs netlink: glibc's getaddrinfo (AI_ADDRCONFIG)
+# takes both address families as present when the socket fails; `ip`/`ss` see nothing of the host in a
+# sandbox's own namespace anyway. AF_UNIX's queues are charged to the memory group, so they stay.
+SANDBOX_SOCKET_FAMILIES = tuple(f for f in SOCKET_FAMILIES if f != 16)
 # What a gateway-host run's filter (exechost-hostenter, engine/sandbox/seccomphost.py) refuses of the above:
 # a host run is the operator's own programs in a view of the host, so not the sandboxes' whole list (a
 # debugger's ptrace, a tool's own namespaces are the host's), but what reaches past its namespaces and

@@ -61,6 +61,7 @@ class DockerSettings:
     memory_swap: str | None = None
     cpus: float | None = None
     ulimits: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))
+    file_table_share: int = 16  # 1/N of fs.file-max one sandbox may hold (engine.sandbox.filetable)
     seccomp_profile: str | None = None
     apparmor_profile: str | None = None
     dns: tuple[str, ...] = ()

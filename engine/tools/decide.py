@@ -17,7 +17,13 @@ from engine.approvals.store import ApprovalsFileError
 from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import ApprovalsSource, Decision, evaluate
-from engine.policy.precedence import PolicyError, SessionOverrides, overrides_for, resolve_policy
+from engine.policy.precedence import (
+    PolicyError,
+    SessionOverrides,
+    operator_overrides,
+    overrides_for,
+    resolve_policy,
+)
 from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
 from engine.sessions.launcher import home_workdir, host_workdir, workdir_warning
@@ -116,6 +122,12 @@ def decide(
     cwd = checked_workdir(workdir, cwd_warnings)
     # A grant is its owner's (on a shared node a gateway's agent's, ExecContext.owner), never the name's.
     live = [] if grants is None else grants.entries(owner or agent_id, session_key or None)
+    # The operator's own call meets only the operator's own overrides, never ones an agent set on itself.
+    ruling = (
+        operator_overrides(overrides, session_key)
+        if operator
+        else overrides_for(overrides, agent_id, session_key)
+    )
 
     def decide_in(cwd: str) -> Decision:
         decision = evaluate(
@@ -123,7 +135,7 @@ def decide(
             config=config,
             agent_id=agent_id,
             params=call,
-            overrides=overrides_for(overrides, agent_id, session_key),
+            overrides=ruling,
             store=store,
             cwd=cwd,
             sandbox_available=sandbox_available(config, agent_id, session_key),

@@ -66,7 +66,11 @@ def host_outside(
     agent_id's; an `operator` call's runs join the operator's own groups (_join_tasks, _join_memory),
     and one naming no agent (`own`: ExecContext.operators_own) has the operator's own private dirs and
     network namespace."""
-    keys, creds = config_secrets(config)
+    with gatewaydirs.recording():  # each tried (a failure owed), then the view refused if one failed
+        keys, creds = config_secrets(config)
+        for root in workspace_roots(config):  # recorded before any agent's first use (fresh round 18 c)
+            gatewaydirs.record_root(home_dir(), root)
+        anywhere = writable_anywhere(config)
     writable = config.exec_for(agent_id).host_writable
     # every other gateway's too, as it records them (engine.commands.gatewaydirs: fresh round 15 b)
     their_keys, their_creds = gatewaydirs.others_secrets(home_dir(), str(state_dir()), _needed(writable))
@@ -91,7 +95,7 @@ def host_outside(
         files=tuple(sorted(os.path.abspath(p) for p in read)),
         writable=kept,
         refused=refused,
-        writable_anywhere=writable_anywhere(config),
+        writable_anywhere=anywhere,
         workdir=workdir,
         covered=(roots := workspace_roots(config))
         + tuple(dict.fromkeys([*creds, *their_creds]))

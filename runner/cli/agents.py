@@ -16,6 +16,7 @@ from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
 from engine.protocol.requests import AgentsRevoke, AgentsRotate
 from engine.sandbox import hostrevocations
+from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 
 
@@ -177,7 +178,10 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     if live is None:
         state = statefs.state_dir()
         # what it owes (the host's kill, each node's revocation) kept before the credential goes
-        removed, _old = revoking.revoke(state, args.name, _nodes_configured())
+        try:  # written before the credential goes, or the revoke is refused (no gateway will tell a node)
+            removed, _old = revoking.revoke(state, args.name, _nodes_configured(), durable=True)
+        except OSError as exc:
+            raise UsageError(f"agent {args.name}'s credential is kept, not revoked: {exc}") from exc
         dropped = 0
         hostrevocations.end(args.name)  # now, where this process can; the next gateway again
     else:

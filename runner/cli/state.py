@@ -35,7 +35,7 @@ def cmd_claim(args: argparse.Namespace) -> int:
     target = args.dir or str(state_dir())
     try:
         real = gatewaydirs.claim_state(hostoutside.home_dir(), target)
-    except gatewaydirs.StateDirRefusedError as exc:
+    except (gatewaydirs.StateDirRefusedError, gatewaydirs.RecordError) as exc:
         raise UsageError(str(exc)) from exc
     except OSError as exc:
         raise UsageError(f"{target}: could not record it in ~/{gatewaydirs.NAME}: {exc}") from exc

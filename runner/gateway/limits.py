@@ -10,9 +10,16 @@ from typing import Protocol
 
 from engine.protocol.frames import MAX_FRAME_BYTES, ProtocolError
 
-MAX_CONNECTIONS = 256  # authenticated, all principals together
+MAX_CONNECTIONS = 288  # authenticated, all principals together
 OPERATOR_SLOTS = 16  # of those, the last ones: only the operator's connections may take them
 MAX_PER_AGENT = 64  # one agent (a credential, a Unix account, or the bare gateway token's "main")
+# A newcomers' share, as pending asks keep one (engine.approvals.room): the NEWCOMER_SLOTS before the
+# operator's are only for an agent holding fewer than NEWCOMER_FLOOR connections. Agents past the floor
+# share the first MAX_CONNECTIONS - OPERATOR_SLOTS - NEWCOMER_SLOTS (240) together, so four agents holding
+# 60 each no longer leave a fifth none (fresh round 18 b): shutting an agent out takes eight more agents
+# holding NEWCOMER_FLOOR each, on top of those filling the 240.
+NEWCOMER_SLOTS = 32
+NEWCOMER_FLOOR = 4
 MAX_HANDSHAKING_PER_UID = 16  # connections of one peer account that have not said who they are yet
 READ_PAUSE_BYTES = 4 << 20  # past this much waiting for a client, its next request is not read
 MAX_BACKLOG_BYTES = 16 << 20  # past this, the client is cut off: responses count, not only events
@@ -55,7 +62,8 @@ FRAME_DEADLINE_S = 30.0
 def refusal(operator: bool, agent: str, admitted: list[tuple[bool, str]]) -> str | None:
     """Why a connection that proved it is `agent` (or the operator) may not join those `admitted`
     ((operator?, agent) each), or None. The operator may use every slot; an agent neither more than its
-    own share nor the operator's last slots, whatever the other agents hold."""
+    own share nor the operator's last slots, whatever the other agents hold, nor the newcomers' slots
+    before those once it holds NEWCOMER_FLOOR connections."""
     total = len(admitted)
     if operator:
         return None if total < MAX_CONNECTIONS else f"too many connections (all {MAX_CONNECTIONS} in use)"
@@ -66,6 +74,12 @@ def refusal(operator: bool, agent: str, admitted: list[tuple[bool, str]]) -> str
         return (
             f"too many connections ({total} of {MAX_CONNECTIONS}; the last {OPERATOR_SLOTS} are kept for "
             "the operator)"
+        )
+    if mine >= NEWCOMER_FLOOR and total >= MAX_CONNECTIONS - OPERATOR_SLOTS - NEWCOMER_SLOTS:
+        return (
+            f"too many connections ({total} of {MAX_CONNECTIONS}; the {NEWCOMER_SLOTS} before the "
+            f"operator's last {OPERATOR_SLOTS} are kept for agents holding fewer than {NEWCOMER_FLOOR}, and "
+            f"agent {agent} holds {mine}); close some of them"
         )
     return None
 

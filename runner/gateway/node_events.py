@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.display import visible
@@ -30,15 +31,32 @@ log = logging.getLogger("exechost.gateway.nodes")
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 
 
-def session_row(link: NodeLink, row: dict[str, Any]) -> dict[str, Any] | None:
+# (node, scope key) -> whether the gateway gave that node the key (node-keys.json), for an agent still
+# allowed there when the key names one: the only scopes a node's session row is filed under.
+Files = Callable[[str, str], bool]
+
+
+def unknown_scope(node: str) -> str:
+    """The scope a node's row is filed under when it names one the gateway never gave that node: ownerless
+    (engine.principals.key_owner: no agent's), so the operator's only, and the node's own."""
+    return f"node:{node}:unknown"
+
+
+def session_row(link: NodeLink, row: dict[str, Any], files: Files) -> dict[str, Any] | None:
     """A node's session row in the gateway's terms: its id prefixed, its node named (by the link, never
-    by the row)."""
+    by the row), its scopeKey one the gateway gave that node or the node's unknown one (fresh round 18 c:
+    a compromised node's row named an agent never allowed there, and a console's `/exec` on that session
+    set that agent's policy; the row's scope is the node's word, as node_sessions judges it for counting)."""
     raw = row.get("sessionId")
     if not isinstance(raw, str) or not 0 < len(raw) <= 128 or ":" in raw:
         return None
     where = "sandbox" if row.get("host") == "sandbox" else "node"
+    out = limits.session_row(row)
+    scope = out.get("scopeKey")
+    if "scopeKey" in out and not (isinstance(scope, str) and files(link.name, scope)):
+        out["scopeKey"] = unknown_scope(link.name)
     return {
-        **limits.session_row(row),
+        **out,
         "sessionId": f"node:{link.name}:{raw}",
         "node": link.name,
         "host": f"{where}:{link.name}",
@@ -64,6 +82,14 @@ class NodeEvents:
         self._last_drop_log: dict[str, float] = {}
         self.dropped = 0  # frames dropped for naming no run of their node (also logged, for the operator)
 
+    def files(self, node: str, scope: str) -> bool:
+        """Whether a node's row may be filed under `scope` (Files): a key given to it, of an agent (if any)
+        still allowed there."""
+        owner = key_owner(scope)
+        if not self.keys.given(node, scope):
+            return False
+        return owner is None or self.services.config().may_use_node(owner, node)
+
     def on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
@@ -75,7 +101,7 @@ class NodeEvents:
             return
         # For the consoles' session lists:
         if ev.event in (EventName.SESSION_STARTED, EventName.SESSION_EXITED):
-            row = session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
+            row = session_row(link, p["session"], self.files) if isinstance(p.get("session"), dict) else None
             if row is not None:  # every scope on the node: the operators' consoles only
                 frame = Event(event=ev.event, data=row)
                 for conn in self.services.connections():

@@ -59,7 +59,14 @@ def check_hello(
                 f"refused (check {link.name}'s node.json)",
                 "INVALID_REQUEST",
             )
-    keys.pin(link.name, hello.node_id)
+    try:  # durable or the link is refused (fresh round 18 c): a pin lost at a restart frees the id
+        keys.pin(link.name, hello.node_id)
+    except OSError as exc:
+        raise NodeError(
+            f"node {link.name}: its node id {hello.node_id} could not be pinned ({exc}; is the state dir's "
+            "disk full?): not linked until it can be",
+            "UNAVAILABLE",
+        ) from exc
 
 
 def record_state_dir(config: Config, link: NodeLink, hello: Hello) -> None:
@@ -74,7 +81,12 @@ def record_state_dir(config: Config, link: NodeLink, hello: Hello) -> None:
         # otherwise hide it from every host run, for good: fresh round 16 b).
         writable = [w for agent in (MAIN_AGENT, *config.agents) for w in config.exec_for(agent).host_writable]
         if gatewaydirs.node_state_dir(hello.state_dir, hello.node_id, writable):
-            gatewaydirs.record(hostoutside.home_dir(), hello.state_dir)
+            try:  # durable or the link is refused (fresh round 18 c): owed, tried again at the next record
+                gatewaydirs.record(hostoutside.home_dir(), hello.state_dir)
+            except gatewaydirs.RecordError as exc:
+                raise NodeError(
+                    f"node {link.name}: {exc}: not linked until it can be", "UNAVAILABLE"
+                ) from exc
         else:
             log.warning(
                 "node %s names %s as its state dir on this machine, which is not its own: not recorded",

@@ -107,16 +107,23 @@ class NodeKeys:
 
     def pin(self, node: str, node_id: str) -> None:
         """`node` presented `node_id`: pinned to it. The first name to present an id keeps it while that
-        name is configured (removing the node, or editing node-keys.json, frees it)."""
+        name is configured (removing the node, or editing node-keys.json, frees it). Written or OSError, the
+        pin undone (fresh round 18 c: a pin kept only in memory was gone after a restart, and another node
+        took the id): the caller refuses the link, and the next hello pins it again."""
         if not is_node_id(node_id):  # the hello's reader refuses it first; kept here whoever calls
             raise ValueError(f"node {node}: not a node id; not pinned")
         if self._ids.get(node_id) == node:
             return
+        before, before_bytes = dict(self._ids), self._id_bytes
         self._drop_id(node_id)
         self._ids[node_id] = node
         self._id_bytes += _pin_bytes(node_id, node)
         self._trim_ids()
-        self._save()
+        try:
+            self._write()
+        except OSError:
+            self._ids, self._id_bytes = before, before_bytes
+            raise
 
     def _trim_ids(self) -> None:
         """Past the count or the bytes, the ids pinned longest ago are forgotten first."""
@@ -140,10 +147,13 @@ class NodeKeys:
         """How many of `node`'s keys `owner` holds ("" for keys that name no agent)."""
         return len(self._owned.get(node, {}).get(owner, {}))
 
+    def _write(self) -> None:
+        data = {"version": 1, "nodes": self._keys, "ids": self._ids}
+        statefs.atomic_write(self.path, json.dumps(data) + "\n")
+
     def _save(self) -> None:
         try:
-            data = {"version": 1, "nodes": self._keys, "ids": self._ids}
-            statefs.atomic_write(self.path, json.dumps(data) + "\n")
+            self._write()
         except OSError as exc:  # the run goes ahead; its later session events may be dropped
             log.warning("%s not written: %s", self.path, exc)
 

@@ -502,7 +502,7 @@ class NodeHub:
                 log.warning("sessions.list on node %s failed: %s", link.name, exc)
                 return []
             rows = (res.payload or {}).get("sessions") if res.ok else None
-            out = [session_row(link, r) for r in rows or [] if isinstance(r, dict)]
+            out = [session_row(link, r, self.events.files) for r in rows or [] if isinstance(r, dict)]
             return [r for r in out if r is not None]
 
         return [row for rows in await asyncio.gather(*(one(link) for link in links)) for row in rows]

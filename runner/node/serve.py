@@ -43,7 +43,7 @@ from runner.node.approvals import RelayedApprovals
 from runner.node.budget import BadFrames
 from runner.node.links import Links, Output
 from runner.node.quota import NodeQuota
-from runner.node.relay import relay_to_service
+from runner.node.relay import peer_is_us, relay_to_service
 from runner.node.revoke import Revoked, RevokeError
 from runner.node.runs import RunLedger
 from runner.node.sysrun import ID, SPLIT_CAP, RunError, SystemRun
@@ -61,6 +61,12 @@ def version() -> str:
         return pkg_version("exechost")
     except PackageNotFoundError:
         return "0"
+
+
+def _console_peer(writer: asyncio.StreamWriter) -> str | None:
+    """Why the approvals socket's listener is no console of this node's (None when it is one)."""
+    ok, why = peer_is_us(writer)
+    return None if ok else why
 
 
 class NodeServer:
@@ -368,7 +374,10 @@ class NodeServer:
         keys = ("command", "cwd", "agentId", "sessionKey", "security", "ask", "askFallback", "resolvedPath")
         request = {k: view.get(k) for k in keys}
         request["host"] = "node"
-        return await request_decision(path, token, request)
+        # Only a console in this service's own namespaces gets the token and a say: with a socket.path
+        # outside the state dir a gateway's host run of this account (a view of its own) could listen
+        # there and answer this node's asks (the same peer check as node.sock's relay, runner.node.peerns).
+        return await request_decision(path, token, request, peer=_console_peer)
 
     async def _relay_ask(self, approval_id: str, view: dict[str, Any]) -> dict[str, Any]:
         view = {**view, "nodeId": self.identity.node_id, "nodeDisplayName": self.identity.display_name}

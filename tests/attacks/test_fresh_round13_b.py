@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from engine.commands import gatewaydirs
 from tests.helpers.gateway import REPO
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -100,6 +101,10 @@ def _run_in_namespace(
         root = state.parent
         root.chmod(0o755)
         for path in (state, Path(os.environ["HOME"]), Path(os.environ["EXECHOST_HOST_PRIVATE"])):
+            os.chown(path, account.pw_uid, account.pw_gid)
+        # the record of state dirs goes with the home: that account's gateway claimed this state dir
+        record = Path(os.environ["HOME"]) / gatewaydirs.NAME
+        for path in (record, *record.iterdir()) if record.is_dir() else ():
             os.chown(path, account.pw_uid, account.pw_gid)
         venv_site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
         env["PYTHONPATH"] = f"{REPO}:{venv_site}"

@@ -190,7 +190,10 @@ hold_r, hold_w = os.pipe()
 kids, planned = [], 0
 while planned < want:
     n = min(hard - 16, want - planned)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # (the run's pids cap: what it made so far is what it holds)
+        break
     if pid == 0:
         os.close(hold_w)
         os.close(ready_r)
@@ -222,19 +225,26 @@ for k in kids:
 """
 
 
-@pytest.mark.xfail(
+_FILE_TABLE_HOST_OPEN = pytest.mark.xfail(
     strict=True,
-    reason="open: no run has a share of the host's open-file table (fs.file-max, one count for the whole "
-    "machine, no namespace or cgroup divides it): a sandbox's defaults, bwrap's and Docker's (nofile hard "
-    "8192 x pidsLimit 512 = 4.2M), exceed the whole table (2.47M here), and a host run's (the gateway's "
-    "nofile x pid_max/4) too; one agent's run held an eighth of it (the whole takes a few more processes), "
-    "after which every process without CAP_SYS_ADMIN (other agents' sandboxes, a non-root gateway, the "
-    "operator's programs) gets ENFILE on each open. Closing the class: a per-agent budget, nofile x pids "
-    "within the agent's "
-    "share of fs.file-max, as RAM and disk have shares",
+    reason="open: a host run has no share of the host's open-file table (fs.file-max, one count for the "
+    "whole machine, no namespace or cgroup divides it): its nofile is the gateway's, and its pids cap its "
+    "agent's pid_max/4, whose product exceeds the whole table; one run held an eighth of it, after which "
+    "every process without CAP_SYS_ADMIN gets ENFILE on each open. Sandboxes of both backends hold at most "
+    "1/docker.fileTableShare (engine.sandbox.filetable: nofile x pidsLimit). Closing the class: host runs' "
+    "nofile x their pids cap within the agent's share too (a lower nofile or a lower pids cap for them)",
 )
+
+
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
-@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "bwrap-sandbox",  # nofile x pidsLimit within 1/16 of fs.file-max (engine.sandbox.filetable)
+        "docker-sandbox",
+        pytest.param("host", marks=_FILE_TABLE_HOST_OPEN),
+    ],
+)
 async def test_class3_one_agents_run_takes_the_hosts_open_file_table(
     state_dir: Path, where: str, no_containers_left: None
 ) -> None:
@@ -286,17 +296,6 @@ print("REACHED" if got >= want else "SAFE")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: TCP memory (net.ipv4.tcp_mem, tcp_memory_allocated) is one count for the whole machine, "
-    "divided by no network namespace, and a v1 memory cgroup does not charge socket buffers (no "
-    "kmem.tcp limit; unix sockets' are charged: that run was killed at its cap): one python process of "
-    "one agent's sandbox (bwrap or Docker, memory = 128m, its own loopback) or host run held an eighth "
-    "(292 MB) in 26 loopback pairs it never reads; 8x that (one process's fds suffice) puts every TCP "
-    "socket on the host (egress proxy, node links over ssh, the operator's) past tcp_mem's maximum, "
-    "where no socket may grow its buffers. Closing the class: socket memory charged "
-    "to the agent's own memory group (cgroup v2 memory, or v1 memory.kmem.tcp.limit_in_bytes per agent)",
-)
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
 @pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/tcp_mem"), reason="no IPv4 TCP")
 @pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
@@ -489,16 +488,6 @@ print("REACHED" if len(fds) > top // 8 else "SAFE")  # more than an eighth of th
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Docker sandbox's /dev/pts is Docker's devpts instance with no max= (the host runs' and "
-    "bwrap sandboxes' are exechost-hostenter's, max=256), and every instance but the host's own draws "
-    "from one count (kernel.pty.max less pty.reserve, 3,072): one command of one agent's Docker sandbox "
-    "opened every terminal of that count, and until it lets go no host run, bwrap sandbox or other "
-    "container of any agent can make a terminal (round 10 b's take, by the backend it did not cover). "
-    "Closing the class: the container's /dev/pts a devpts with max= (a bind of a capped instance, or "
-    "a mount made for it), or terminals counted per agent",
-)
 async def test_class3_a_docker_sandbox_opens_every_terminal_outside_the_hosts_devpts(
     state_dir: Path, no_containers_left: None
 ) -> None:
@@ -527,23 +516,12 @@ def _cpu_group(pid: int | str) -> str:
     return ""
 
 
-_CPU_OPEN = pytest.mark.xfail(
-    strict=True,
-    reason="open: round 17 a's CPU share (engine.sandbox.hostcpu: an agent's runs in a cpu group of their "
-    "own below the install's, weighed as the gateway's) was made for gateway-host runs only: a bwrap "
-    "sandbox's commands stay in the cpu group the gateway is in (pids and memory groups of their own, "
-    "no cpu one), so one agent's sandbox with its 512 busy processes takes 512 parts of every core "
-    "against the gateway's few, as host runs did before the fix. Closing the class: every process an "
-    "agent starts, whatever the backend, joins its agent's cpu group (as its pids and memory groups)",
-)
-
-
 @pytest.mark.skipif(not hostcpu.usable(), reason="no writable v1 cpu hierarchy")
 @pytest.mark.parametrize(
     "where",
     [
-        pytest.param("bwrap-sandbox", marks=_CPU_OPEN),
-        "docker-sandbox",  # held: its cgroup_parent is the agent's group, in the cpu hierarchy too
+        "bwrap-sandbox",  # its keeper enters the sandbox's cpu group, in its owner's (hostcpu)
+        "docker-sandbox",  # its cgroup_parent is the agent's group, in the cpu hierarchy too
     ],
 )
 async def test_class3_a_sandbox_shares_the_gateways_cpu_group(
@@ -666,13 +644,6 @@ print("REACHED" if got >= want else "SAFE")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: UDP memory (net.ipv4.udp_mem) is one count for the whole machine as TCP's is, charged to "
-    "no memory group: a sandbox capped at memory = 128m held an eighth of it (~560 MB here) in sockets it "
-    "never reads; 8x that puts every UDP socket on the host (DNS lookups of the egress proxy, the "
-    "operator's) past udp_mem's maximum. The TCP take's construction closes it",
-)
 @pytest.mark.skipif(not os.path.exists("/proc/sys/net/ipv4/udp_mem"), reason="no IPv4 UDP")
 @pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox"])
 async def test_class3_one_agents_sandbox_takes_the_hosts_udp_memory(
@@ -755,10 +726,27 @@ async def test_class6_a_set_id_bit_by_another_abi_is_refused(
     assert "REACHED" not in details["_text"], details["_text"]
 
 
-# Netlink (NETLINK_USERSOCK: user sockets unicast to each other, no capability needed; AF_NETLINK is one of
-# the families every filter allows) datagrams queued to sockets that never read, each receive buffer as
-# large as net.core allows; /proc/net/netlink's Rmem is what each holds. At most 400 sockets: the probe
-# stops at its target (4x the sandbox's memory cap), never near the host's RAM.
+_NETLINK_HOST_OPEN = pytest.mark.xfail(
+    strict=True,
+    reason="open in host runs (closed in the sandboxes: their filters allow no AF_NETLINK, "
+    "seccomprules.SANDBOX_SOCKET_FAMILIES): netlink sockets' queued buffers are charged to no memory group "
+    "and counted by no limit of the host (TCP and UDP at least have tcp_mem/udp_mem): a sandbox capped at "
+    "memory = 128m queued 518 MiB to NETLINK_USERSOCK sockets of its own it never reads, 4x its cap; a host "
+    "run the same, by the same kernel path, though under its group's larger share; its fds allow "
+    "~8 MiB each (8,192 of them: 64 GiB "
+    "from one process), so one agent's command puts the host's kernel out of memory (unreclaimable: the "
+    "OOM killer chooses among every process of the host). Not closed by keeping only NETLINK_ROUTE: "
+    "its own replies to requests never read (RTM_GETLINK, 200,000 sends) fill 8 MiB per socket as well. "
+    "Closing the class: the sockets a run may hold times net.core's largest buffer within its agent's "
+    "RAM share (nofile x pids bounded); net.core.rmem_max cannot be lowered per run (read-only outside the "
+    "host's network namespace on 6.18, even for root), and a host run's `ip`/`ss` need netlink",
+)
+
+
+# Netlink (NETLINK_USERSOCK: user sockets unicast to each other, no capability needed; AF_NETLINK was one
+# of the families every filter allowed, a host run's still does) datagrams queued to sockets that never
+# read, each receive buffer as large as net.core allows; /proc/net/netlink's Rmem is what each holds. At
+# most 400 sockets: the probe stops at its target (4x the sandbox's memory cap), never near the host's RAM.
 _NETLINK_MEMORY = """
 import socket, sys, resource, os
 want = int(sys.argv[1])
@@ -772,7 +760,12 @@ def rmem():
         if f[1] == str(NETLINK_USERSOCK):
             total += int(f[4])
     return total
-src = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK)
+try:
+    src = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK)
+except OSError as e:  # the family refused: nothing can be queued
+    print("no netlink socket:", os.strerror(e.errno))
+    print("SAFE")
+    sys.exit(0)
 src.bind((0, 0))
 src.setblocking(False)
 held = []
@@ -795,24 +788,15 @@ print("REACHED" if got >= want else "SAFE")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: netlink sockets' queued buffers are charged to no memory group and counted by no limit "
-    "of the host (TCP and UDP at least have tcp_mem/udp_mem): a sandbox capped at memory = 128m (bwrap "
-    "or Docker) queued 518 MiB to NETLINK_USERSOCK sockets of its own it never reads, 4x its cap (a "
-    "host run the same, by the same kernel path, though under its group's larger share); its fds allow "
-    "~8 MiB each (8,192 of them: 64 GiB "
-    "from one process), so one agent's command puts the host's kernel out of memory (unreclaimable: the "
-    "OOM killer chooses among every process of the host). Not closed by keeping only NETLINK_ROUTE: "
-    "its own replies to requests never read (RTM_GETLINK, 200,000 sends) fill 8 MiB per socket as well. "
-    "Closing the class: the sockets a run may hold times net.core's largest buffer within its agent's "
-    "RAM share (nofile x pids bounded), or no AF_NETLINK where no command needs it (sandboxes)",
-)
 @pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
-@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox", "host"])
+@pytest.mark.parametrize(
+    "where", ["bwrap-sandbox", "docker-sandbox", pytest.param("host", marks=_NETLINK_HOST_OPEN)]
+)
 async def test_class3_one_agents_run_queues_netlink_buffers_past_its_memory_cap(
     state_dir: Path, where: str, no_containers_left: None
 ) -> None:
+    """Held in the sandboxes: their filters allow no AF_NETLINK (seccomprules.SANDBOX_SOCKET_FAMILIES), so
+    no netlink buffer can be queued at all; open in a host run (see _NETLINK_HOST_OPEN)."""
     config = _where(where)
     if where == "bwrap-sandbox":
         config += '[agents.defaults.sandbox.docker]\nmemory = "128m"\n'
@@ -825,6 +809,32 @@ async def test_class3_one_agents_run_queues_netlink_buffers_past_its_memory_cap(
     details = await attempt(state_dir, script, config=config)
     assert details["status"] == "completed", details
     assert "SAFE" in details["_text"], details["_text"]
+
+
+_RESOLVE = (
+    "import socket\n"
+    "try:\n"
+    "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n"
+    "    print('netlink opened')\n"
+    "except OSError as e:\n"
+    "    print('netlink refused', e.errno)\n"
+    "print(sorted({a[4][0] for a in socket.getaddrinfo('localhost', 80, flags=socket.AI_ADDRCONFIG)}))\n"
+)
+
+
+@pytest.mark.skipif(not os.path.exists(PY), reason="the probe runs python3")
+@pytest.mark.parametrize("where", ["bwrap-sandbox", "docker-sandbox"])
+async def test_a_sandbox_without_netlink_still_resolves_names(
+    state_dir: Path, where: str, no_containers_left: None
+) -> None:
+    """What the sandboxes' missing AF_NETLINK costs: getaddrinfo(AI_ADDRCONFIG), which asks netlink for the
+    interfaces' families, takes both as present when the socket is refused, and still resolves."""
+    config = _where(where)
+    script = f"python3 -c \"$(printf '%s' '{base64.b64encode(_RESOLVE.encode()).decode()}' | base64 -d)\""
+    details = await attempt(state_dir, script, config=config)
+    assert details["status"] == "completed", details
+    assert "netlink refused" in details["_text"], details["_text"]
+    assert "127.0.0.1" in details["_text"], details["_text"]
 
 
 async def test_class3_a_docker_sandboxs_log_stays_capped(state_dir: Path, no_containers_left: None) -> None:

@@ -11,13 +11,14 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from console import socket_asks
-from engine import principals
+from engine import fairpool, principals
 from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
 from engine.approvals.socket.wire import exec_frame, request_decision, request_exec
 from engine.approvals.store import ApprovalsStore, generate_token
@@ -34,12 +35,6 @@ ALLOWLIST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-m
 # ---- class 3: connections have no newcomers' share ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: connections are capped per agent (64) and for all agents together (240), with no share "
-    "kept for an agent holding none (pending asks keep 32 slots for agents with fewer than 4): four agents "
-    "holding 60 connections each take every agent slot, and a fifth agent cannot connect at all",
-)
 async def test_class3_four_agents_take_every_agent_connection_from_a_fifth(state_dir: Path) -> None:
     agents = ["a1", "a2", "a3", "a4", "ops"]
     write_config(state_dir, FULL + listed(*agents))
@@ -182,13 +177,6 @@ async def test_class2_a_limited_grant_on_a_socket_exec_frame_is_saved_for_good(
 # ---- class 3: agent main locks the operator's own exec out ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own exec (naming no agent) is decided under main's policy with main's "
-    "session overrides, and an agent alone may set tightening ones: agent main's `/exec security=deny` on "
-    "`agent:main` (or on its main session, which every sessionless call is: canonical_session) refuses the "
-    "operator's own commands until the operator finds and clears it",
-)
 @pytest.mark.parametrize("key", ["agent:main", "main"], ids=["agent-wide", "main-session"])
 async def test_class3_agent_mains_own_lockdown_refuses_the_operators_own_exec(
     state_dir: Path, key: str
@@ -292,13 +280,6 @@ async def test_class1_the_operators_lockdown_of_main_does_not_reach_socket_exec_
 # ---- class 5: the web console's log prints what a prober sent -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a request aiohttp's parser refuses (a byte not allowed in a path or header) is logged by "
-    "aiohttp's own 'Error handling request' with the request line as sent, and RouteAccessLog then fails "
-    "on it (request.match_info asserts), a traceback each: any local account writes its text into the "
-    "operator's terminal, ~40 lines per request, where the access log prints routes only",
-)
 async def test_class5_a_malformed_request_writes_its_text_into_the_web_consoles_terminal(
     state_dir: Path,
 ) -> None:
@@ -356,13 +337,6 @@ async def test_class2_every_spelling_of_the_main_session_is_locked_down(
 # ---- class 1: policy.check digests any file the gateway can read, for any agent, with no ask -----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `policy.check` (any agent's, no approval, whatever its security) returns the content "
-    "binding's sha256 and size of every file the command names as a script (`sh <path>`), read with the "
-    "gateway's own rights: agent main learns the digest of the operator's 0600 file (or another agent's "
-    "credential, gateway.json, /etc/shadow under a root gateway) and recovers a low-entropy secret offline",
-)
 @pytest.mark.parametrize("security", ["allowlist", "deny"])
 async def test_class1_policy_check_hands_an_agent_the_digest_of_the_operators_private_file(
     state_dir: Path, security: str
@@ -390,13 +364,6 @@ async def test_class1_policy_check_hands_an_agent_the_digest_of_the_operators_pr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a large root-only file under /opt")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a file only root can change is hashed whole, with no size cap (digests.hash_fd; the 64 MiB "
-    "cap is for agent-writable files), inside the decision pool's two workers: two agents each naming a "
-    "large root file (a VM image, a backup; here a sparse 1 TiB one) in `policy.check sh FILE` hold both "
-    "workers for the length of the read, and the operator's own exec waits behind them",
-)
 async def test_class3_two_agents_hashing_root_files_hold_the_operators_exec(state_dir: Path) -> None:
     write_config(state_dir, ALLOWLIST + listed("ops"))
     ops_token = principals.mint(state_dir, "ops")
@@ -420,7 +387,9 @@ async def test_class3_two_agents_hashing_root_files_hold_the_operators_exec(stat
                 asyncio.ensure_future(agent.request("policy.check", {"command": f"sh {big}"}))
                 for agent in (main, ops)
             ]
-            await wait_until(lambda: hashing() == 2)  # both decision workers are reading it now
+            # Both decision workers reading it (before the cap), or both answered at once (over the cap, it is
+            # refused unread): either way the operator's exec must not wait behind them.
+            await wait_until(lambda: hashing() == 2 or all(c.done() for c in checks))
             own = asyncio.ensure_future(operator.request("exec", {"command": "echo operator"}))
             try:
                 await wait_until(own.done)  # the operator's own exec, decided in its own queue
@@ -435,6 +404,45 @@ async def test_class3_two_agents_hashing_root_files_hold_the_operators_exec(stat
     finally:
         shutil.rmtree(root, ignore_errors=True)
     assert answered, "the operator's own exec waited behind two agents' policy.check"
+
+
+async def test_class3_two_agents_holding_both_decision_workers_leave_the_operators_exec_a_worker(
+    state_dir: Path,
+) -> None:
+    """The variant the cap does not reach: whatever keeps a decision worker busy (a 16 MiB script on a slow
+    disk, a binary of hundreds of MiB read once), two agents each holding one leave the operator's own exec
+    the worker kept for its lane (fairpool.FairPool.lane)."""
+    write_config(state_dir, ALLOWLIST + listed("ops"))
+    release = threading.Event()
+    entered: list[str] = []
+
+    def held(who: str) -> str:
+        entered.append(who)
+        release.wait(120)
+        return who
+
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        # Exactly what an agent's slow decision is: a call in the decision pool, in that agent's queue.
+        holding = [
+            asyncio.ensure_future(fairpool.decisions.run(who, lambda who=who: held(who), "conn"))
+            for who in ("main", "ops")
+        ]
+        try:
+            await wait_until(lambda: len(entered) == 2)  # both shared workers are busy now
+            own = asyncio.ensure_future(operator.request("exec", {"command": "echo operator"}))
+            try:
+                await wait_until(own.done)  # decided on the operator's own worker
+                answered = True
+            except AssertionError:
+                answered = False
+        finally:
+            release.set()
+            await asyncio.gather(*holding, return_exceptions=True)
+        await asyncio.gather(own, return_exceptions=True)
+        await operator.close()
+    assert answered, "the operator's own exec waited behind two agents' decisions"
+    assert "operator" in json.dumps(own.result())
 
 
 def _target(link: str) -> str:

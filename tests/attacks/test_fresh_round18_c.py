@@ -66,16 +66,7 @@ def _exhaust_inodes(directory: Path) -> list[Path]:
     "disk",
     [
         "room",
-        pytest.param(
-            "no-inodes",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: gatewaydirs.record_writable records a hostWritable root best effort and marks "
-                "it done in the process even when the write failed (no inode or byte left in the home): the "
-                "root is never recorded, so once its agent is retired its dir, with what its runs wrote, is "
-                "every other agent's to read in its host view (round 17 a's cover lost to a full disk)",
-            ),
-        ),
+        "no-inodes",
     ],
 )
 async def test_class7_a_retired_agents_dir_stays_covered_after_a_full_home_disk(
@@ -122,16 +113,7 @@ async def test_class7_a_retired_agents_dir_stays_covered_after_a_full_home_disk(
     "disk",
     [
         "room",
-        pytest.param(
-            "no-inodes",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: gatewaydirs.adopt records a new state dir best effort (record() swallows "
-                "the OSError) and the gateway starts anyway: started while the home has no inode left, "
-                "a second gateway's state dir is in no record, so the first gateway's host runs read its "
-                "tokens once the disk has room again (the record is written only at a start)",
-            ),
-        ),
+        "no-inodes",
     ],
 )
 async def test_class7_a_gateway_started_on_a_full_home_disk_is_covered_in_the_others_views(
@@ -157,10 +139,19 @@ async def test_class7_a_gateway_started_on_a_full_home_disk_is_covered_in_the_ot
             try:
                 await op.request("exec", {"command": "cat /dev/null", "agentId": "main"})  # the view is made
                 filler = _exhaust_inodes(home / "fill") if disk == "no-inodes" else []
-                daemon = Daemon(dev, operators=False).start()  # its start records it, or tries to
-                try:
-                    for path in filler:  # room again: nothing records the dev gateway's dir now
+                daemon = Daemon(dev, operators=False)
+                try:  # its start records it, or is refused (fail closed: nothing of it is made)
+                    daemon.start()
+                except AssertionError as exc:
+                    assert filler and "cannot record" in str(exc), exc
+                    assert not (dev / "operator.json").exists()
+                    for path in filler:  # room again: the next start records it
                         path.unlink()
+                    daemon.start()
+                try:
+                    for path in filler:  # room again
+                        if path.exists():
+                            path.unlink()
                     token = (dev / "operator.json").read_text()
                     secret = token.split('"')[-2] if '"' in token else token.strip()
                     read = await op.request(
@@ -190,16 +181,7 @@ def _fill_bytes(directory: Path) -> Path:
     "disk",
     [
         "room",
-        pytest.param(
-            "full",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: an offline `agents revoke` on a full state disk keeps the nodes' revocation "
-                "only in its own process (Revocations.add: 'a restart before it is written loses it'), "
-                "and the CLI exits at once: the credential is removed and the revoke reported done, "
-                "but no gateway ever tells a node, so what the agent runs there goes on",
-            ),
-        ),
+        "full",
     ],
 )
 def test_class7_an_offline_revoke_on_a_full_disk_is_owed_to_the_nodes(state_dir: Path, disk: str) -> None:
@@ -222,10 +204,15 @@ def test_class7_an_offline_revoke_on_a_full_disk_is_owed_to_the_nodes(state_dir:
         principals.mint(state_dir, "ops")
         filler = _fill_bytes(state_dir) if disk == "full" else None
         done = cli(state_dir, "agents", "revoke", "ops")
+        if filler is not None:  # refused, the credential kept, with an error naming the file (fail closed)
+            assert done.returncode != 0, done.stdout + done.stderr
+            assert "node-revocations.json" in done.stderr and "credential is kept" in done.stderr, done.stderr
+            assert principals.read_token(state_dir, "ops") is not None
+            filler.unlink()  # room again: the operator runs the revoke again
+            filler = None
+            done = cli(state_dir, "agents", "revoke", "ops")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert principals.read_token(state_dir, "ops") is None  # the credential is gone either way
-        if filler is not None:
-            filler.unlink()  # room again: what the next gateway reads is what the revoke left
+        assert principals.read_token(state_dir, "ops") is None  # the credential is gone once it is done
         owed = Revocations(state_dir).owed("alpha")
         assert [r.agent for r in owed] == ["ops"], (owed, done.stderr[-2000:])
     finally:
@@ -335,16 +322,7 @@ def test_class6_a_config_in_a_team_dir_is_refused(state_dir: Path) -> None:
     "disk",
     [
         "room",
-        pytest.param(
-            "no-inodes",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: gatewaydirs.record_secrets records the node keys a gateway's config names "
-                "(h- entries) best effort and marks them done in the process even when the write failed: "
-                "a second gateway started while the home has no inode left never records its node's ssh "
-                "key, and the first gateway's host runs read it once the disk has room",
-            ),
-        ),
+        "no-inodes",
     ],
 )
 async def test_class7_a_gateways_node_key_stays_hidden_after_a_full_home_disk(
@@ -384,10 +362,18 @@ async def test_class7_a_gateways_node_key_stays_hidden_after_a_full_home_disk(
                 await op.request("exec", {"command": "cat /dev/null", "agentId": "main"})  # the view is made
                 gatewaydirs.record(str(home), str(dev))  # the dev gateway's state dir, recorded
                 filler = _exhaust_inodes(home / "fill") if disk == "no-inodes" else []
-                daemon = Daemon(dev, operators=False).start()
-                try:
-                    for path in filler:  # room again: nothing records the key now
+                daemon = Daemon(dev, operators=False)
+                try:  # its start records the key, or is refused (fail closed)
+                    daemon.start()
+                except AssertionError as exc:
+                    assert filler and "cannot record" in str(exc), exc
+                    for path in filler:  # room again: the next start records it
                         path.unlink()
+                    daemon.start()
+                try:
+                    for path in filler:  # room again
+                        if path.exists():
+                            path.unlink()
                     read = await op.request("exec", {"command": f"cat {key}", "agentId": "main"})
                 finally:
                     daemon.stop()
@@ -482,16 +468,7 @@ async def test_class7_a_joined_allow_once_killed_before_its_spawn_runs_each_requ
     "disk",
     [
         "room",
-        pytest.param(
-            "full",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: NodeKeys.pin keeps a node's id in memory when node-keys.json cannot be "
-                "written (a full state disk) and the run goes ahead; after a restart the pin is gone, so "
-                "another configured node (a compromised one) presents the first node's id and is taken "
-                "as it: selection by that id, the inbox's node id and its ask caps are then its",
-            ),
-        ),
+        "full",
     ],
 )
 async def test_class7_a_nodes_id_pinned_on_a_full_disk_stays_its_own_after_a_restart(
@@ -518,10 +495,19 @@ async def test_class7_a_nodes_id_pinned_on_a_full_disk_stays_its_own_after_a_res
             finally:
                 await op.close()
         by_name = {r["name"]: r for r in rows}
+        if filler is not None:  # an id that cannot be pinned is not linked (fail closed)
+            assert by_name["alpha"]["state"] != "connected", by_name["alpha"]
+            assert "could not be pinned" in str(by_name["alpha"]), by_name["alpha"]
+            filler.unlink()  # room again: the next link pins it
+            async with gateway(state_dir):
+                op = await connect(state_dir)
+                try:
+                    rows = (await op.request("nodes.status", {"ping": True}))["nodes"]
+                finally:
+                    await op.close()
+            by_name = {r["name"]: r for r in rows}
         assert by_name["alpha"]["state"] == "connected", by_name["alpha"]
         alpha_id = by_name["alpha"]["nodeId"]
-        if filler is not None:
-            filler.unlink()  # room again
         alpha.stop()  # alpha is down
         hostile.hello(alpha_id)  # beta, compromised, now says it is alpha
         async with gateway(state_dir):
@@ -542,16 +528,7 @@ async def test_class7_a_nodes_id_pinned_on_a_full_disk_stays_its_own_after_a_res
     "disk",
     [
         "room",
-        pytest.param(
-            "no-inodes",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: gatewaydirs.record_root records a sandbox workspace root best effort and marks "
-                "it done in the process even when the write failed: a root first used while the home has no "
-                "inode left is never recorded, so once the config stops naming it (its agent retired) what "
-                "that agent's sandboxes wrote there is every other agent's to read in its host view",
-            ),
-        ),
+        "no-inodes",
     ],
 )
 async def test_class7_a_retired_agents_sandbox_workspaces_stay_covered_after_a_full_home_disk(
@@ -591,13 +568,6 @@ async def test_class7_a_retired_agents_sandbox_workspaces_stay_covered_after_a_f
     assert "ops-ws-3d9b" not in read["text"], read["text"][:300]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's session.started row reaches the operators' consoles with the scopeKey the node "
-    "wrote (node_events.session_row keeps it as the node sent it): a compromised node files its session "
-    "under an agent it never served (no key given to it), and the console's /exec on that session "
-    "(`directive_target`) overrides that agent's scope",
-)
 async def test_class2_a_nodes_session_row_names_no_agent_it_was_not_given(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:

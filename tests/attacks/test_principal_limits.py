@@ -67,22 +67,30 @@ async def test_one_agent_cannot_take_every_connection(state_dir: Path) -> None:
 
 
 async def test_the_operator_keeps_slots_no_agent_can_take(state_dir: Path) -> None:
-    """Many agents together cannot take the operator's last slots either."""
-    write_config(
-        state_dir,
-        FULL + listed(*(f"a{n}" for n in range(limits.MAX_CONNECTIONS // limits.MAX_PER_AGENT + 2))),
-    )
+    """Many agents together cannot take the operator's last slots either: enough agents to fill the
+    agents' shared slots and then the newcomers' (NEWCOMER_FLOOR each), one more to try past them."""
+    shared = limits.MAX_CONNECTIONS - limits.OPERATOR_SLOTS - limits.NEWCOMER_SLOTS
+    agents = [
+        f"a{n}"
+        for n in range(
+            -(-shared // limits.MAX_PER_AGENT) + limits.NEWCOMER_SLOTS // limits.NEWCOMER_FLOOR + 1
+        )
+    ]
+    write_config(state_dir, FULL + listed(*agents))
     async with gateway(state_dir):
         held: list[RawClient] = []
+        welcomed = 0
         try:
-            for n in range(limits.MAX_CONNECTIONS // limits.MAX_PER_AGENT + 2):
-                cred = principals.mint(state_dir, f"a{n}")
+            for agent in agents:
+                cred = principals.mint(state_dir, agent)
                 for _ in range(limits.MAX_PER_AGENT):
                     client, first = await RawClient.open(state_dir, credential=cred)
                     held.append(client)
                     if first["type"] != "welcome":
                         break
-            assert len(held) > limits.MAX_CONNECTIONS - limits.OPERATOR_SLOTS  # the agents tried them all
+                    welcomed += 1
+            # the agents tried them all, and got every slot but the operator's
+            assert welcomed == limits.MAX_CONNECTIONS - limits.OPERATOR_SLOTS
             operators = [await connect(state_dir, f"op{i}") for i in range(limits.OPERATOR_SLOTS)]
             for op in operators:
                 await op.close()

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import time
 import uuid
@@ -19,6 +20,8 @@ from engine import jsontext, ostext
 from engine.approvals.decisions import DECISIONS
 from engine.errors import InvalidInput
 from engine.unixsock import PeerInfo
+
+log = logging.getLogger("exechost.approvals.socket")
 
 MAX_FRAME_BYTES = 256_000  # the macOS app's readLineFromHandle(maxBytes:) cap
 TTL_MS = 10_000  # |now - ts| beyond this is "expired request"
@@ -221,14 +224,28 @@ def exec_frame(
 # ---------------------------------------------------------------------------------------------- client
 
 
+# Why the listener that accepted this connection is not one to speak to (None when it is): judged before
+# the frame (its token) is written.
+PeerCheck = Callable[[asyncio.StreamWriter], str | None]
+
+
 async def _roundtrip(
-    path: str | Path, frame: Mapping[str, Any], accept: Callable[[dict[str, Any]], bool], timeout: float
+    path: str | Path,
+    frame: Mapping[str, Any],
+    accept: Callable[[dict[str, Any]], bool],
+    timeout: float,
+    peer: PeerCheck | None = None,
 ) -> dict[str, Any] | None:
-    """Connect, write one line, half-close, read lines until one is accepted; None on timeout/error."""
+    """Connect, check the listener (`peer`), write one line, half-close, read lines until one is accepted;
+    None on timeout/error or a listener `peer` refuses."""
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_FRAME_BYTES * 8)
             try:
+                why = peer(writer) if peer is not None else None
+                if why is not None:
+                    log.warning("approvals socket %s: not asked (%s)", path, why)
+                    return None
                 writer.write(encode_frame(frame))
                 await writer.drain()
                 if writer.can_write_eof():
@@ -258,13 +275,17 @@ async def request_decision(
     *,
     timeout: float = REQUEST_TIMEOUT_S,
     request_id: str | None = None,
+    peer: PeerCheck | None = None,
 ) -> str | None:
-    """`requestExecApprovalViaSocket`: a prompt request; the decision, or None (no answer in time)."""
+    """`requestExecApprovalViaSocket`: a prompt request; the decision, or None (no answer in time, or a
+    listener `peer` refuses: it never gets the token)."""
     if not path or not token:
         return None
     rid = request_id or str(uuid.uuid4())
     frame = {"type": "request", "token": token, "id": rid, "request": dict(request)}
-    res = await _roundtrip(path, frame, lambda m: m.get("type") == "decision" and m.get("id") == rid, timeout)
+    res = await _roundtrip(
+        path, frame, lambda m: m.get("type") == "decision" and m.get("id") == rid, timeout, peer
+    )
     decision = res.get("decision") if res else None
     return decision if decision in DECISIONS else None
 

@@ -10,6 +10,7 @@ from engine import fairpool
 from engine.approvals.request import ApprovalRecord
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
+from engine.commands.boundfiles import agent_view
 from engine.commands.filetrust import writable_pattern_warning
 from engine.errors import InvalidInput
 from engine.protocol.requests import (
@@ -136,7 +137,8 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
         )
         view = entry.view() if entry is not None else None
     if view is not None and not conn.operator:
-        view = {**view, "run": _own_run(record, view, caller, key)}
+        # its own run only, and no digest of what the gateway read to bind its command (agent_view)
+        view = {**agent_view(view), "run": _own_run(record, view, caller, key)}
     theirs = view is not None and view.get("agentId") == caller and view.get("operator") is not True
     if view is None or (not conn.operator and not theirs):
         raise InvalidInput(f"unknown or expired approval id {wanted!r}")

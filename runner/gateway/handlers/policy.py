@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from engine import fairpool
+from engine.commands.boundfiles import agent_view
 from engine.errors import ExecHostError, InvalidInput
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
@@ -47,7 +48,9 @@ async def check(services: Services, conn: Connection, req: PolicyCheck) -> dict[
         ),
         conn.fair_key,
     )
-    return decided.decision.to_json()
+    answer = decided.decision.to_json()
+    # The binding was read with the gateway's rights: an agent sees which files, not their digests.
+    return answer if conn.operator else agent_view(answer)
 
 
 def _view(ov: SessionOverrides) -> dict[str, Any]:

@@ -343,3 +343,50 @@ def test_an_unparsed_text_binds_its_files_where_its_cd_leads(tmp_path: Path) -> 
     assert not content.proven
     d = _decide("cd ~ && sh s.sh", tmp_path)
     assert any("cd ~" in p for p in d.content.problems)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------ the cap on what binding reads (round 18 b)
+
+
+def test_a_file_over_the_cap_is_not_hashed_and_the_binding_says_why(tmp_path: Path) -> None:
+    """One byte over SCRIPT_MAX_BYTES: hash_fd refuses it unread (a 1 TiB root file would hold a decision
+    worker for the length of the read), and `sh big.sh` is bound unreadable, refused with the reason."""
+    from engine.commands.digests import SCRIPT_MAX_BYTES, UNREADABLE, ContentError
+
+    big = tmp_path / "big.sh"
+    big.write_text("echo hi\n")
+    os.truncate(big, SCRIPT_MAX_BYTES + 1)  # sparse: nothing is spent on disk
+    cache = DigestCache()
+    fd, st = open_regular(str(big))
+    try:
+        with pytest.raises(ContentError, match=f"over the {SCRIPT_MAX_BYTES}-byte limit") as caught:
+            hash_fd(fd, st, cache, SCRIPT_MAX_BYTES, str(big))
+        assert caught.value.over
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0 and cache.misses == 0  # not one byte read, nothing kept
+    finally:
+        os.close(fd)
+    with pytest.raises(ContentError, match="limit"):
+        digest_path(str(big), cache)
+    d = _decide("sh big.sh", tmp_path)
+    content = d.content  # type: ignore[attr-defined]
+    [script] = [i for i in content.items if i.real == str(big)]
+    assert script.sha256 == UNREADABLE  # bound as unreadable: never left unbound, never run
+    assert any(f"{SCRIPT_MAX_BYTES + 1} bytes, over the" in p for p in content.problems)
+    assert any("larger than content binding reads" in n for n in content.notes)
+    assert "allow-always" not in d.allowed_decisions  # type: ignore[attr-defined]
+    # At the cap exactly it is still a script: bound by its digest.
+    os.truncate(big, SCRIPT_MAX_BYTES)
+    [script] = [i for i in _decide("sh big.sh", tmp_path).content.items if i.real == str(big)]  # type: ignore[attr-defined]
+    assert script.sha256 not in (None, UNREADABLE)
+
+
+def test_a_file_bound_over_the_cap_is_refused_at_the_spawn_unread(tmp_path: Path) -> None:
+    from engine.commands.digests import SCRIPT_MAX_BYTES
+    from engine.commands.verified import StaleContent, verify
+
+    big = tmp_path / "big.sh"
+    big.write_text("echo hi\n")
+    os.truncate(big, SCRIPT_MAX_BYTES + 1)
+    d = _decide("sh big.sh", tmp_path)
+    with pytest.raises(StaleContent, match="could not be bound"):
+        verify(d.content, d.pinned_command, d.pinned_command)  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@ them, the record's cache (an entry added is seen) and the record kept from every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -57,9 +58,33 @@ def test_a_link_in_place_of_the_record_is_not_read(tmp_path: Path) -> None:
     (home / gatewaydirs.NAME).symlink_to(elsewhere)
     other = tmp_path / "b"
     other.mkdir()
-    gatewaydirs.record(str(home), str(other))
+    with pytest.raises(gatewaydirs.RecordError, match="not a directory of this account"):
+        gatewaydirs.record(str(home), str(other))  # not durable: refused, never written through the link
     assert os.listdir(elsewhere) == []
     assert gatewaydirs.recorded(str(home)) == ()
+
+
+def test_a_record_that_cannot_be_written_is_owed_and_never_marked_done(tmp_path: Path) -> None:
+    """Fresh round 18 c: a failed record raises, is not cached as done, and is written before the next
+    record of the process once it can be, whatever that one names."""
+    home = tmp_path / "h"
+    home.mkdir()
+    root = tmp_path / "agent-dir"
+    root.mkdir()
+    os.chmod(home, 0o500)  # the home cannot be written (as a full disk: no record dir can be made)
+    try:
+        if os.access(home, os.W_OK) and os.geteuid() == 0:
+            (home / gatewaydirs.NAME).symlink_to(tmp_path)  # root writes anyway: a link refuses it instead
+        with pytest.raises(gatewaydirs.RecordError):
+            gatewaydirs.record_writable(str(home), [str(root)])
+        with pytest.raises(gatewaydirs.RecordError):
+            gatewaydirs.record_writable(str(home), [str(root)])  # not cached as done: tried again
+    finally:
+        os.chmod(home, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            (home / gatewaydirs.NAME).unlink()
+    gatewaydirs.record_writable(str(home), [])  # the config no longer names it: still written (owed)
+    assert gatewaydirs.recorded_writable(str(home)) == (str(root),)
 
 
 def test_no_host_writable_dir_may_hold_the_record(state_dir: Path, tmp_path: Path) -> None:
@@ -215,3 +240,30 @@ def test_a_nodes_state_dir_is_recorded_only_when_it_is_that_nodes_own(tmp_path: 
     os.chmod(base, 0o1777)
     assert gatewaydirs.node_state_dir(str(state), "n1", [])  # sticky, as /tmp: no one else renames it
     assert not gatewaydirs.node_state_dir(str(base / "missing"), "n1", [])
+
+
+def test_threads_recording_the_same_entry_never_fail_each_other(tmp_path: Path) -> None:
+    """Views are made in threads: two writing one new entry at once both succeed (a shared temp name made
+    the second's O_EXCL fail, and a durable record that fails refuses the view)."""
+    import threading
+
+    home = tmp_path / "h"
+    home.mkdir()
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def write(i: int) -> None:
+        start.wait()
+        try:
+            for j in range(20):
+                gatewaydirs.record(str(home), str(tmp_path / f"d{j}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(gatewaydirs.recorded(str(home))) == 20

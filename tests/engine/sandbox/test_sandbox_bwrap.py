@@ -22,12 +22,13 @@ from engine.sandbox import (
     bwrap,
     bwraprecords,
     bwrapview,
+    filetable,
     prepare_exec,
     seccomp,
     usershare,
 )
 from engine.sandbox.registry import Registry, now_ms
-from engine.sandbox.settings import config_hash, layout, resolve_settings
+from engine.sandbox.settings import DockerSettings, config_hash, layout, resolve_settings
 from engine.sessions import RunSpec, SessionManager
 from tests.helpers.bwrap import bwrap_config, bwrap_mgr, needs_bwrap, run
 
@@ -208,7 +209,10 @@ async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -
     )
     _, out, _ = await run(sx, "cat /proc/self/limits; df -k /tmp | tail -1")
     limits = {line[:26].strip(): line[26:].split()[:2] for line in out.splitlines()[1:-1]}
-    assert limits["Max open files"] == ["4096", "8192"] and limits["Max core file size"] == ["0", "0"]
+    # (the default nofile, 4096/8192, lowered to fit 64 processes in a 16th of fs.file-max: filetable)
+    nofile = filetable.nofile(DockerSettings(pids_limit=64))
+    assert nofile[1] <= 8192 and nofile[1] * 64 <= max(filetable.file_max() // 16, 64 * 64)
+    assert limits["Max open files"] == [str(n) for n in nofile] and limits["Max core file size"] == ["0", "0"]
     assert limits["Max processes"] == ["64", "64"]
     assert limits["Max address space"] == [str(1024**3)] * 2
     assert int(out.splitlines()[-1].split()[1]) == bwrapview.TMPFS_BYTES // 1024

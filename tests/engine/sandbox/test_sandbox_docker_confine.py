@@ -217,6 +217,7 @@ def test_an_owners_containers_together_are_capped_at_its_share(image: str, tmp_p
             box.remove()
         dockercg.sweep()
     assert not (dockercg.MEMORY_BASE / group.lstrip("/")).exists()  # an emptied owner group is swept
+    assert not (dockercg.CPU_BASE / group.lstrip("/")).exists()  # (the cpu groups runc made too)
 
 
 def test_explain_shows_the_limits_and_profile_a_container_gets() -> None:

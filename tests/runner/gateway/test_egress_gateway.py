@@ -106,6 +106,13 @@ async def _run(state: Path, client: ControlClient, backend: str, port: int) -> N
     await _approve(state, row, "allow-once")
     got = await asyncio.gather(first, second)
     assert "at /one" in got[0] and "at /two" in got[1], got
+    # allow-once is the ask's one use: the connections that waited on it (its count, shown) went; the
+    # next connection to the same name asks again, and is refused here (runner.egress._ask)
+    third = asyncio.ensure_future(_exec(client, _fetch(backend, f"http://asked.test:{port}/three")))
+    row = await wait_until(lambda: _pending(client, target), timeout=60)
+    await _approve(state, row, "deny")
+    out = await third
+    assert " 403 " in out and "at /three" not in out, out
 
     # A denial: a clear 403 naming who denied and the ask.
     task = asyncio.ensure_future(_exec(client, _fetch(backend, f"http://denied.test:{port}/x")))
