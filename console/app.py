@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from console.widgets.panes import LinePane
 from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
 from console.widgets.sessions import SessionsPane
+from engine.approvals.socket.principal import socket_token_id
 from engine.approvals.socket.server import (
     ApprovalSocketBusy,
     ApprovalSocketError,
@@ -110,6 +112,7 @@ class ConsoleApp(App[None]):
         self.link = GatewayLink(self, state, autostart=autostart)
         self.inbox = Inbox()
         self.socket_server: ApprovalSocketServer | None = None
+        self._socket_store: ApprovalsStore | None = None  # exec-approvals.json: its token, read at each yes
         self.overrides: dict[str, SessionOverrides] = {}
         self.gateway_pid: int | None = None
         self.config_error: str | None = None
@@ -206,13 +209,21 @@ class ConsoleApp(App[None]):
                 self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
             return
         self.socket_server = server
+        self._socket_store = store
 
     async def socket_decider(self, request: PromptRequest) -> str:
         """The socket server awaits this. With the gateway up, the ask is handed to it (`approvals.relay`):
         one more pending approval, listed by `exechost approvals pending`, answerable from anywhere, shown
-        here as a gateway row. Without it the inbox resolves a Future (toad's Future-in-a-Message)."""
+        here as a gateway row; the gateway is then the only decider, and a relay that fails is its answer
+        (deny), never a turn to this console's inbox, where its proof of the socket token, its policy and
+        its share of asks would not hold (fresh round 18 b). Without it the inbox resolves a Future (toad's
+        Future-in-a-Message), and a yes stands only if the token the ask proved is still the socket's."""
+        # Which token the ask proved: its frame's (the server sets it); an ask naming none is held to the
+        # token the file holds as it arrives, so a token replaced while it waits still ends it.
+        store = self._socket_store or ApprovalsStore()
+        proved = request.token_id or socket_token_id(await asyncio.to_thread(store.socket_token_now))
         if self.link.connected.is_set():
-            relay = socket_asks.relay_params(request)
+            relay = socket_asks.relay_params(dataclasses.replace(request, token_id=proved))
             try:
                 answer = await self.link.request(relay)
             except asyncio.CancelledError:
@@ -224,12 +235,18 @@ class ConsoleApp(App[None]):
                 )
                 raise
             except (RemoteError, ConnectionError) as exc:
-                self.notify_plain(f"socket ask kept in this console: {exc}", severity="warning", timeout=4)
-            else:
-                return str(answer.get("decision") or "deny")  # expired unanswered: the asker is refused
+                self.notify_plain(f"socket ask denied: the gateway refused it: {exc}", severity="warning")
+                return "deny"
+            return str(answer.get("decision") or "deny")  # expired unanswered: the asker is refused
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.post_message(SocketApprovalRequested(request, future))
-        return await future
+        said = await future
+        # The yes, checked at the moment it is given, as the gateway's relay checks it (stamp.stale()).
+        now = await asyncio.to_thread(store.socket_token_now)
+        if said != "deny" and (not now or socket_token_id(now) != proved):
+            self.notify_plain("socket ask denied: its socket token was replaced", severity="warning")
+            return "deny"
+        return said
 
     # ------------------------------------------------------------------ gateway traffic
 

@@ -14,7 +14,7 @@ from engine.approvals.socket.principal import socket_token_id
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from tests.attacks.test_hostile_node import _setup
-from tests.helpers.gateway import connect, gateway, wait_until
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.hostile_node import ask
 from tests.helpers.sshd import SshdNode
 
@@ -25,6 +25,9 @@ async def test_a_relayed_socket_ask_naming_no_socket_token_is_refused_not_the_op
     """An ask relayed without `socketToken` was filed as agent main under the gateway token (the operator's
     own relay): replacing the socket token never settled it, and an allow-always saved for it. Only the
     console relays, and every ask its socket takes proved a token: one naming none is refused."""
+    # A policy that asks (the default refuses host=gateway, and the relay answers such a principal deny
+    # without filing anything: fresh round 18 b).
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n')
     async with gateway(state_dir) as server:
         manager = server.services.approvals
         console = await connect(state_dir, client="console")

@@ -477,13 +477,6 @@ async def test_class1_policy_check_echoes_no_value_of_a_private_trees_config(sta
     assert not [a for a in answers if "SECRET" in a]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: with no gateway link the console answers an exec-approvals.sock ask in its own inbox, and "
-    "the answer is handed to the waiting frame as it is: a socket token replaced while the ask waited "
-    "is not looked at again (the gateway's relay denies such an ask; the console's own inbox does not), "
-    "so the leaked token's `exec` frame runs on the operator's yes and main's allow-always is saved",
-)
 async def test_class1_the_consoles_own_inbox_runs_a_replaced_socket_tokens_exec_frame(
     state_dir: Path,
 ) -> None:
@@ -533,14 +526,6 @@ async def test_class2_agent_main_finds_no_trace_of_the_operators_own_ask(state_d
         await operator.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: approvals.relay files a socket `request` frame's ask with the frame's own `security` and "
-    "`ask` (`req.security or decision.security`) and its offered decisions: the operator is shown main's "
-    "policy as security=full ask=off when it is allowlist/always, is offered allow-always though "
-    '`ask = "always"` never offers it (the gateway\'s own ask of the same command offers allow-once and '
-    "deny), and the client is answered allow-always",
-)
 async def test_class5_a_socket_request_frame_chooses_the_policy_the_operator_is_shown(
     state_dir: Path,
 ) -> None:
@@ -569,14 +554,6 @@ async def test_class5_a_socket_request_frame_chooses_the_policy_the_operator_is_
     assert offered == ("allowlist", "always", ["allow-once", "deny"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the console falls back to its own inbox whenever the relay fails (RemoteError), and a "
-    "full share of main's asks makes it fail (APPROVAL_QUEUE_FULL): with the gateway up, main's 32 "
-    "waiting asks send the leaked socket token's `exec` frame to the console's own inbox, past the "
-    "gateway's proof of that token (fresh round 17 b), and after the token is replaced the operator's "
-    "yes there runs it",
-)
 async def test_class1_a_full_share_of_mains_asks_sends_a_socket_ask_past_the_gateways_proof(
     state_dir: Path,
 ) -> None:
@@ -601,9 +578,13 @@ async def test_class1_a_full_share_of_mains_asks_sends_a_socket_ask_past_the_gat
             await wait_until(lambda: len(server.services.approvals.pending()) == 32)
             frame = {"command": ["/usr/bin/touch", str(target)], "cwd": str(work)}
             sent = asyncio.ensure_future(request_exec(sock, leaked, frame, timeout=120))
-            rows = await wait_until(lambda: [r for r in app.inbox.rows() if r.source == "socket"])
+            # The ask lands in the console's inbox, or (the gateway the only decider) is answered at once.
+            rows = await wait_until(
+                lambda: [r for r in app.inbox.rows() if r.source == "socket"] or sent.done()
+            )
             _replace_socket_token(state_dir / "exec-approvals.json")
-            app.resolve(rows[0], "allow-once")  # the operator's yes, in the console's inbox
+            if isinstance(rows, list):
+                app.resolve(rows[0], "allow-once")  # the operator's yes, in the console's inbox
             result = await sent
             for fill in fills:
                 fill.cancel()
@@ -639,13 +620,6 @@ async def test_class5_what_no_encoder_sends_back_is_refused_at_the_wire(state_di
     assert answers[1]["ok"] is True and answers[1]["result"]["agent"] == "main", answers[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: approvals.relay files a socket `request` frame's ask whatever the gateway decides for it "
-    "(it never reads decision.verdict): under main's `security = \"deny\"`, where the gateway's own exec is "
-    "refused without asking, the socket client's ask is put to the operator and its yes is sent back as "
-    "allow-always to a client that runs the command itself",
-)
 async def test_class2_a_socket_request_frame_is_asked_for_a_denied_principal(state_dir: Path) -> None:
     write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\nask = "on-miss"\n')
     store = ApprovalsStore(state_dir / "exec-approvals.json")

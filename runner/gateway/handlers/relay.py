@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import fairpool
 from engine.approvals import generations
-from engine.approvals.decisions import DECISIONS
+from engine.approvals.decisions import DECISIONS, allowed_decisions
 from engine.approvals.generations import Stamp
 from engine.approvals.request import ApprovalError, ApprovalRequest
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
@@ -60,10 +60,6 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         )
     proof = socket_proof(agent, req.socket_token)
     cwd = req.cwd or ""
-    offered = req.allowed_decisions
-    allowed = tuple(d for d in DECISIONS if offered is None or d in offered)
-    if not allowed:
-        raise InvalidInput("allowedDecisions offers nothing")
     timeout = req.timeout_ms
     ttl = min(timeout, MAX_RELAY_MS) if timeout is not None and timeout > 0 else None
     decision = await fairpool.decisions.run(
@@ -81,14 +77,27 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         ),
         conn.fair_key,
     )
+    # What the operator is shown and offered is what this gateway decided for the socket's principal, never
+    # what the frame says: its policy (security, ask), the decisions that policy offers, narrowed only by
+    # what the asker accepts; a principal the policy refuses (security=deny, a host not allowed, a deny) is
+    # refused here without an ask, as its own exec would be (fresh round 18 b).
+    if decision.verdict == "deny" or decision.security in (None, "deny"):
+        return {"decision": "deny", "reason": decision.reason, "id": None, "slug": None}
+    policy = (
+        decision.allowed_decisions if decision.verdict == "ask" else allowed_decisions(decision.ask or "")
+    )
+    offered = req.allowed_decisions
+    allowed = tuple(d for d in DECISIONS if d in policy and (offered is None or d in offered))
+    if not allowed:
+        raise InvalidInput("allowedDecisions offers nothing")
     request = ApprovalRequest(
         command=command,
         cwd=cwd,
         host="gateway",
         agent_id=agent,
         session_key=session_key,
-        security=req.security or decision.security or "allowlist",
-        ask=req.ask or decision.ask or "on-miss",
+        security=decision.security,
+        ask=decision.ask or "on-miss",
         allowed_decisions=allowed,
         resolved_path=req.resolved_path,
         node_approval_id=f"socket:{socket_id}",  # who asked; each socket ask gets its own answer
