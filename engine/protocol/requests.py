@@ -303,6 +303,10 @@ class ApprovalsRelay(Message):
     # The id of the exec-approvals.sock token the ask's frame proved (PromptRequest.token_id): the ask is
     # filed under it and nothing is saved for it once that token is replaced. None: the operator's own relay.
     socket_token: str | None = wire("str")
+    # The ask is an `exec` frame's: the console's host runs the command on the yes, so the answer is that
+    # run's own (allow-once) and what lasts of an allow-always (its grant with its limits, or its patterns)
+    # is saved here, in the gateway's stores alone, never turned into a second, permanent save there.
+    runs: bool | None = wire("bool")
 
 
 # ---- events and policy -----------------------------------------------------------------------------------

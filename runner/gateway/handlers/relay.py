@@ -133,4 +133,9 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
                 await fairpool.to_thread(services.store.persist_allow_always, agent, patterns)
         except Exception as exc:
             log.warning("could not save allow-always for a socket ask %s: %s", patterns, exc)
+    if req.runs and answer == "allow-always":
+        # An `exec` frame's ask: the console runs it on this answer. What lasts of the yes is what was saved
+        # above (a grant keeps its limits: one use, this session, 10 minutes), so the run is told its own
+        # share only: a bare allow-always would be saved again there, for good (fresh round 18 b).
+        answer = "allow-once"
     return {"decision": answer, "resolvedBy": record.resolved_by, "id": record.id, "slug": record.slug}
