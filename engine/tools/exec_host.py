@@ -24,6 +24,7 @@ from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostoutside import HostViewError, Outside, home_dir, inside
 from engine.commands.hostroots import refuse_hidden_cwd
 from engine.commands.hostview import joined
+from engine.commands.matches import AllowlistEntry
 from engine.commands.offargv import carried
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
@@ -34,7 +35,7 @@ from engine.config.model import Config
 from engine.errors import ExecHostError
 from engine.policy import overridestable
 from engine.policy.decision import Decision, evaluate
-from engine.policy.precedence import overrides_for
+from engine.policy.precedence import SessionOverrides, overrides_for
 from engine.policy.privatebinds import private_binds
 from engine.results import ToolError
 from engine.sandbox import bwraplimits, hostcpu
@@ -306,6 +307,16 @@ def content_fingerprint(decided: Decision, overrides: Mapping[str, str] | None) 
     return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _gateway_state(
+    grants: GrantStore | None, agent_id: str, session_key: str | None
+) -> tuple[dict[str, SessionOverrides], list[AllowlistEntry]]:
+    """What the gateway decides `agent_id`'s exec with beside config and approvals file, as it keeps it in
+    the state dir: its session overrides table and, with `grants`, the agent's live grants for the session
+    (blocking: one thread hop for both). Raises when the table cannot be read."""
+    table = overridestable.read(state_dir() / overridestable.OVERRIDES_NAME)
+    return table, grants.entries(agent_id, session_key or None) if grants is not None else []
+
+
 @dataclass
 class LocalExecHost:
     """Evaluates `exec` frames against this machine's config and approvals file, asks, then runs.
@@ -344,12 +355,11 @@ class LocalExecHost:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
         nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         store = ApprovalsStore(self.approvals_path)
+        grants = GrantStore(state_dir() / GRANTS_NAME) if use_grants else None
         try:
-            table = await asyncio.to_thread(overridestable.read, state_dir() / overridestable.OVERRIDES_NAME)
+            table, live = await asyncio.to_thread(_gateway_state, grants, agent_id, session_key)
         except (OSError, ExecHostError, ValueError) as exc:  # fail closed: a lockdown may be in it
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: session overrides unreadable: {exc}")
-        grants = GrantStore(state_dir() / GRANTS_NAME) if use_grants else None
-        live = await asyncio.to_thread(grants.entries, agent_id, session_key or None) if grants else []
         private = await asyncio.to_thread(private_source, config, agent_id, cwd)
         if private is not None:  # the agent's own copy of /tmp (or the like): decided and run there
             if not os.path.isdir(private):
