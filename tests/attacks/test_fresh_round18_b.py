@@ -296,6 +296,27 @@ async def test_class1_the_operators_lockdown_of_main_does_not_reach_socket_exec_
     assert (result.get("ok"), target.exists()) == (False, False), result
 
 
+async def test_class1_the_operators_lockdown_of_main_answers_socket_request_frames_deny_unasked(
+    state_dir: Path,
+) -> None:
+    """A `request` frame's client runs the command itself on a yes: under the operator's lockdown of
+    main no human is asked (a yes would be a run past it), the frame is answered deny at once."""
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+        await console.request(
+            "policy.override", {"directive": "/exec security=deny", "sessionKey": "agent:main"}
+        )
+        async with _hosted_socket(state_dir, console, store, sock):
+            body = {"command": "/usr/bin/touch /tmp/x", "cwd": "/tmp", "sessionKey": "s1"}
+            answer = await request_decision(sock, token, body, timeout=60)
+            pending = (await console.request("approvals.pending", {}))["approvals"]
+        await console.close()
+    assert (answer, pending) == ("deny", [])
+
+
 # ---- class 5: the web console's log prints what a prober sent -------------------------------------------
 
 

@@ -22,6 +22,7 @@ from engine.approvals.request import ApprovalError, ApprovalRequest
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
+from engine.policy.precedence import overrides_for
 from engine.protocol.requests import ApprovalsRelay
 from engine.results import ToolError
 from runner.gateway.handlers.common import require_operator
@@ -71,13 +72,22 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
             config=services.config(),
             agent_id=agent,
             params={"host": "gateway"},
+            # The principal's session overrides, as its own exec is decided: the operator's lockdown
+            # (`/exec security=deny` on agent:main) reaches the socket's asks too (fresh round 18 b).
+            overrides=overrides_for(services.overrides, agent, session_key),
             store=services.store,
             cwd=cwd or None,
+            session_key=session_key or None,
             # The env decides too: a key not inert asks, and allow-always is bound to it (issue 27 §3).
             env_overrides=req.env or None,
         ),
         conn.fair_key,
     )
+    if decision.security in (None, "deny"):
+        # No human is asked for what the principal's policy refuses: a `request` frame's client runs the
+        # command itself on a yes, so a yes here would be a run past the lockdown. Answered, not raised:
+        # a refused relay is kept in the console's own inbox.
+        return {"decision": "deny", "resolvedBy": "policy", "id": "", "slug": "", "reason": decision.reason}
     request = ApprovalRequest(
         command=command,
         cwd=cwd,
