@@ -33,6 +33,7 @@ def relay_params(request: PromptRequest) -> ApprovalsRelay:
         env=dict(request.env) or None,
         warnings=list(request.warnings) or None,
         socket_token=request.token_id or None,
+        runs=request.source == "socket-exec" or None,  # its yes is saved by the gateway alone (relay.py)
     )
 
 

@@ -304,6 +304,10 @@ class ApprovalsRelay(Message):
     # filed under it and nothing is saved for it once that token is replaced. Required for an ask (a relay
     # naming none proves nobody: refused); a withdraw needs none.
     socket_token: str | None = wire("str")
+    # The ask is an `exec` frame's: the console's host runs the command on the yes, so the answer is that
+    # run's own (allow-once) and what lasts of an allow-always (its grant with its limits, or its patterns)
+    # is saved here, in the gateway's stores alone, never turned into a second, permanent save there.
+    runs: bool | None = wire("bool")
 
 
 # ---- events and policy -----------------------------------------------------------------------------------

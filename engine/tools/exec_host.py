@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.approvals.grants import GRANTS_NAME, GrantStore
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
@@ -23,6 +24,7 @@ from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostoutside import HostViewError, Outside, home_dir, inside
 from engine.commands.hostroots import refuse_hidden_cwd
 from engine.commands.hostview import joined
+from engine.commands.matches import AllowlistEntry
 from engine.commands.offargv import carried
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
@@ -30,7 +32,10 @@ from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config import nodekeys
 from engine.config.loader import load_config
 from engine.config.model import Config
+from engine.errors import ExecHostError
+from engine.policy import overridestable
 from engine.policy.decision import Decision, evaluate
+from engine.policy.precedence import SessionOverrides, overrides_for
 from engine.policy.privatebinds import private_binds
 from engine.results import ToolError
 from engine.sandbox import bwraplimits, hostcpu
@@ -290,6 +295,7 @@ class _Decided:
     cwd: str
     env: dict[str, str]
     store: ApprovalsStore
+    grants: GrantStore | None = None  # the grants file it was decided with (a use is taken per run)
 
 
 def content_fingerprint(decided: Decision, overrides: Mapping[str, str] | None) -> str:
@@ -305,6 +311,16 @@ def content_fingerprint(decided: Decision, overrides: Mapping[str, str] | None) 
     return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _gateway_state(
+    grants: GrantStore | None, agent_id: str, session_key: str | None
+) -> tuple[dict[str, SessionOverrides], list[AllowlistEntry]]:
+    """What the gateway decides `agent_id`'s exec with beside config and approvals file, as it keeps it in
+    the state dir: its session overrides table and, with `grants`, the agent's live grants for the session
+    (blocking: one thread hop for both). Raises when the table cannot be read."""
+    table = overridestable.read(state_dir() / overridestable.OVERRIDES_NAME)
+    return table, grants.entries(agent_id, session_key or None) if grants is not None else []
+
+
 @dataclass
 class LocalExecHost:
     """Evaluates `exec` frames against this machine's config and approvals file, asks, then runs.
@@ -316,10 +332,20 @@ class LocalExecHost:
     approvals_path: Path | None = None
 
     async def _decide(
-        self, command: str, cwd: str, named: str | None, overrides: dict[str, str] | None
+        self,
+        command: str,
+        cwd: str,
+        named: str | None,
+        overrides: dict[str, str] | None,
+        session_key: str | None = None,
+        *,
+        use_grants: bool = False,
     ) -> _Decided | ExecOutcome:
         """The decision for `command` in `cwd` as the socket's principal, and what its run needs; the one
-        path both an `exec` frame and a `request` frame's fingerprint take."""
+        path both an `exec` frame and a `request` frame's fingerprint take. Decided as the gateway decides
+        that principal's exec (engine.tools.decide): under the session overrides the gateway keeps in the
+        state dir (the operator's `/exec security=deny` on agent:main reaches the socket too) and, with
+        `use_grants`, the live grants with their limits (exec-grants.json), never a copy of either."""
         config = await asyncio.to_thread(load_config, self.config_path)
         try:
             # Who authenticated on the socket (its shared token: main, or nobody), never the frame's agentId.
@@ -333,6 +359,11 @@ class LocalExecHost:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
         nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         store = ApprovalsStore(self.approvals_path)
+        grants = GrantStore(state_dir() / GRANTS_NAME) if use_grants else None
+        try:
+            table, live = await asyncio.to_thread(_gateway_state, grants, agent_id, session_key)
+        except (OSError, ExecHostError, ValueError) as exc:  # fail closed: a lockdown may be in it
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: session overrides unreadable: {exc}")
         private = await asyncio.to_thread(private_source, config, agent_id, cwd)
         if private is not None:  # the agent's own copy of /tmp (or the like): decided and run there
             if not os.path.isdir(private):
@@ -344,12 +375,15 @@ class LocalExecHost:
             config=config,
             agent_id=agent_id,
             params={"host": "gateway"},
+            overrides=overrides_for(table, agent_id, session_key or ""),
             store=store,
             cwd=cwd,
             env=env,
+            session_key=session_key or None,
             env_overrides=overrides or None,  # only inert keys ride along unasked (issue 27 §3)
+            grants=live,
         )
-        return _Decided(decided, config, agent_id, cwd, env, store)
+        return _Decided(decided, config, agent_id, cwd, env, store, grants)
 
     async def fingerprint(self, command: str, cwd: str | None, agent_id: str) -> str | None:
         """What a `request` frame's ask is about, as the `exec` frame claiming its yes will be decided
@@ -359,7 +393,16 @@ class LocalExecHost:
 
     async def __call__(self, request: ExecHostRequest, decide: Decider, peer: PeerInfo) -> ExecOutcome:
         command = shlex.join(request.command)
-        prepared = await self._decide(command, request.cwd or os.getcwd(), request.agent_id, request.env)
+        # A claimed yes (vetted by the server) is this one run's own: no grant's use is taken for it, as a
+        # gateway ask's approved run takes none.
+        prepared = await self._decide(
+            command,
+            request.cwd or os.getcwd(),
+            request.agent_id,
+            request.env,
+            request.session_key,
+            use_grants=request.approval_decision is None,
+        )
         if isinstance(prepared, ExecOutcome):
             return prepared
         decided, config, agent_id = prepared.decision, prepared.config, prepared.agent_id
@@ -396,6 +439,8 @@ class LocalExecHost:
                     allowed_decisions=tuple(decided.allowed_decisions),
                     warnings=(*env_lines(request.env), *decided.warnings),
                     env=tuple(sorted((request.env or {}).items())),
+                    # the proof of who asked: relayed as socketToken, the ask ends with the token
+                    token_id=request.token_id,
                 )
             )
             if decision == "deny":
@@ -412,6 +457,14 @@ class LocalExecHost:
             problem = await asyncio.to_thread(decided.tree_problem)
         if problem is not None:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {problem}", "approval-stale")
+        if decision is None and decided.grant_ids:
+            # An allow that leans on grants takes one use of each, all or none (GrantStore.consume), as a
+            # gateway exec does: a grant that ended since the decision runs nothing.
+            grants = prepared.grants
+            if grants is None or not await asyncio.to_thread(grants.consume, decided.grant_ids):
+                return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: its grant ended", "grant-ended")
+        # Saved here only when this host asked a human itself (the console's own inbox, no gateway): a
+        # relayed ask's yes is saved by the gateway, with its limits, and answers this run as allow-once.
         if decision == "allow-always" and decided.allow_always_patterns:
             await asyncio.to_thread(store.persist_allow_always, agent_id, decided.allow_always_patterns)
         timeout = (request.timeout_ms or 1_800_000) / 1000

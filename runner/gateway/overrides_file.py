@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import fields
 from pathlib import Path
 
-from engine import jsontext
+from engine.policy import overridestable
 from engine.policy.precedence import SessionOverrides
 from engine.statefs import StateFileError, atomic_write, read_text
 
 log = logging.getLogger("exechost.gateway")
 
-OVERRIDES_NAME = "session-overrides.json"
-VERSION = 1
-_FIELDS = tuple(f.name for f in fields(SessionOverrides))
+OVERRIDES_NAME = overridestable.OVERRIDES_NAME
+VERSION = overridestable.VERSION
+_FIELDS = overridestable.FIELDS
 
 
 def load(path: Path) -> dict[str, SessionOverrides]:
@@ -35,23 +34,12 @@ def load(path: Path) -> dict[str, SessionOverrides]:
     if raw is None:
         return {}
     try:
-        data = jsontext.loads(raw)
-        table = data.get("overrides") if isinstance(data, dict) and data.get("version") == VERSION else None
-        if not isinstance(table, dict):
-            raise ValueError("not a session-overrides file")
+        return overridestable.parse(raw)
     except ValueError as exc:
         aside = path.with_name(f"{path.name}.bad")
         path.replace(aside)
         log.error("session overrides in %s unreadable (%s); kept as %s", path, exc, aside)
         return {}
-    out: dict[str, SessionOverrides] = {}
-    for key, row in table.items():
-        if not isinstance(key, str) or not isinstance(row, dict) or set(row) - set(_FIELDS):
-            continue
-        if not all(v is None or isinstance(v, str) for v in row.values()):
-            continue
-        out[key] = SessionOverrides(**row)
-    return out
 
 
 def save(path: Path, table: dict[str, SessionOverrides]) -> None:

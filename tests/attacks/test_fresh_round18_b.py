@@ -121,14 +121,6 @@ async def _socket_exec_asked(
     return result
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an exec-approvals.sock `exec` frame's ask (LocalExecHost's PromptRequest) carries no "
-    "token_id, so the console relays it with no socketToken and the gateway files it under the gateway "
-    "token (the operator's own relay): replacing the leaked socket token leaves it approvable, and on "
-    "the operator's yes the old token's command runs and main's allow-always is saved (fresh round 17 b "
-    "closed this for `request` frames only)",
-)
 async def test_class1_a_replaced_socket_tokens_exec_frame_ask_still_runs(state_dir: Path) -> None:
     work = Path(os.environ["HOME"]) / "work"
     work.mkdir()
@@ -147,13 +139,6 @@ async def test_class1_a_replaced_socket_tokens_exec_frame_ask_still_runs(state_d
 # ---- class 2: an exec-approvals.sock `exec` frame's limited grant becomes a permanent allowlist entry ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the relay answers the console with the bare decision (`allow-always`), not the grant's "
-    "limits, and LocalExecHost saves every allow-always it is told of as a permanent allowlist entry: the "
-    "operator's one-use (or this-session-only, or 10-minute) grant on an exec-approvals.sock `exec` frame "
-    "becomes main's permanent `/usr/bin/touch` entry in exec-approvals.json",
-)
 @pytest.mark.parametrize(
     "grant",
     [{"uses": 1}, {"forMs": 600_000}, {"sessionOnly": True}],
@@ -171,6 +156,46 @@ async def test_class2_a_limited_grant_on_a_socket_exec_frame_is_saved_for_good(
     assert result is not None and result.get("ok") is True  # the approved run ran, as asked
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     # What the operator allowed was limited: nothing permanent may be in main's allowlist for it.
+    assert [e.pattern for e in store.agent("main").allowlist] == []
+
+
+async def test_class2_a_one_use_grant_on_a_socket_exec_frame_is_one_more_run_then_it_asks(
+    state_dir: Path,
+) -> None:
+    """The grant the relay saved is the socket's too, with its limit: the next `exec` frame runs on it
+    unasked (taking its one use, as a gateway exec would), the one after asks again."""
+    work = Path(os.environ["HOME"]) / "work"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST + f'hostWritable = ["{work}"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+
+        async def waiting() -> list[dict[str, Any]]:
+            rows: list[dict[str, Any]] = (await console.request("approvals.pending", {}))["approvals"]
+            return rows
+
+        def sent(name: str) -> asyncio.Future[dict[str, Any] | None]:
+            frame = {"command": ["/usr/bin/touch", str(work / name)], "cwd": str(work)}
+            return asyncio.ensure_future(request_exec(sock, token, frame, timeout=120))
+
+        async with _hosted_socket(state_dir, console, store, sock):
+            first = sent("first")
+            rows = await wait_until(waiting)
+            await console.request(
+                "approve", {"id": rows[0]["id"], "decision": "allow-always", "grant": {"uses": 1}}
+            )
+            assert (await first or {}).get("ok") is True
+            second = await sent("second")  # on the grant, unasked
+            third = sent("third")
+            rows = await wait_until(waiting)  # the grant is spent: asked again
+            await console.request("approve", {"id": rows[0]["id"], "decision": "deny"})
+            denied = await third
+        await console.close()
+    assert second is not None and second.get("ok") is True, second
+    assert denied is not None and denied.get("ok") is False, denied
+    assert sorted(p.name for p in work.iterdir()) == ["first", "second"]
     assert [e.pattern for e in store.agent("main").allowlist] == []
 
 
@@ -201,13 +226,6 @@ async def test_class3_agent_mains_own_lockdown_refuses_the_operators_own_exec(
     assert refused is None, refused
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: OpenClaw's two-step flow (a `request` frame asks, the `exec` frame claims its yes as "
-    "approvalDecision) keeps only the decision's name in the socket server's ledger: the operator's "
-    "one-use grant on the relayed ask reaches LocalExecHost as `allow-always`, which it saves as main's "
-    "permanent allowlist entry",
-)
 async def test_class2_a_one_use_grant_claimed_by_an_exec_frame_is_saved_for_good(state_dir: Path) -> None:
     work = Path(os.environ["HOME"]) / "work"
     work.mkdir()
@@ -241,13 +259,6 @@ async def test_class2_a_one_use_grant_claimed_by_an_exec_frame_is_saved_for_good
     assert [e.pattern for e in store.agent("main").allowlist] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: LocalExecHost decides an exec-approvals.sock `exec` frame (agent main's, as the socket "
-    "proves) from config.toml and exec-approvals.json alone, never the gateway's session overrides: the "
-    "operator's `/exec security=deny` lockdown of agent:main refuses main over the gateway, and the same "
-    "command still runs unasked on the socket",
-)
 async def test_class1_the_operators_lockdown_of_main_does_not_reach_socket_exec_frames(
     state_dir: Path,
 ) -> None:
@@ -275,6 +286,27 @@ async def test_class1_the_operators_lockdown_of_main_does_not_reach_socket_exec_
         await console.close()
     assert result is not None
     assert (result.get("ok"), target.exists()) == (False, False), result
+
+
+async def test_class1_the_operators_lockdown_of_main_answers_socket_request_frames_deny_unasked(
+    state_dir: Path,
+) -> None:
+    """A `request` frame's client runs the command itself on a yes: under the operator's lockdown of
+    main no human is asked (a yes would be a run past it), the frame is answered deny at once."""
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    sock, token = store.socket_info()
+    async with gateway(state_dir):
+        console = await connect(state_dir)
+        await console.request(
+            "policy.override", {"directive": "/exec security=deny", "sessionKey": "agent:main"}
+        )
+        async with _hosted_socket(state_dir, console, store, sock):
+            body = {"command": "/usr/bin/touch /tmp/x", "cwd": "/tmp", "sessionKey": "s1"}
+            answer = await request_decision(sock, token, body, timeout=60)
+            pending = (await console.request("approvals.pending", {}))["approvals"]
+        await console.close()
+    assert (answer, pending) == ("deny", [])
 
 
 # ---- class 5: the web console's log prints what a prober sent -------------------------------------------

@@ -421,7 +421,11 @@ class ApprovalSocketServer:
             and grant[3] == request.agent_id
             and (grant[0] == claimed or (grant[0] == "allow-always" and claimed == "allow-once"))
         ):
-            return dataclasses.replace(request, approved_content=grant[5])
+            # The yes counts for this one run. What lasts of it was kept where the human answered: the
+            # gateway's relay saved the grant with its limits (or its patterns), and an OpenClaw client
+            # keeps its own; a second store here would make a one-use (or session, or 10-minute) grant a
+            # permanent entry (fresh round 18 b).
+            return dataclasses.replace(request, approval_decision="allow-once", approved_content=grant[5])
         return dataclasses.replace(request, approval_decision=None)
 
     async def _ask(self, request: PromptRequest, writer: asyncio.StreamWriter) -> str:
@@ -511,7 +515,11 @@ class ApprovalSocketServer:
         async def decide(prompt: PromptRequest) -> str:
             return await self._ask(prompt, writer)
 
-        request = self._vetted(rid, dataclasses.replace(request, agent_id=agent, session_key=key))
+        # The token that signed it, by its id: its ask is filed under it (PromptRequest.token_id).
+        proved = socket_token_id(token)
+        request = self._vetted(
+            rid, dataclasses.replace(request, agent_id=agent, session_key=key, token_id=proved)
+        )
         try:
             outcome = await self._exec_handler(request, decide, peer)
         except InvalidInput as exc:  # the request's own fault (an agentId that is no id): said as such

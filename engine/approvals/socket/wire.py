@@ -120,6 +120,10 @@ class ExecHostRequest:
     # The fingerprint of what the human was asked about on the `request` frame whose yes this frame claims
     # (Fingerprint, below): set by the server from its ledger, never read from a frame.
     approved_content: str | None = None
+    # Which socket token signed the frame (principal.socket_token_id, a digest), set by the server, never
+    # read from a frame: the frame's ask carries it (PromptRequest.token_id), so a relayed ask is filed
+    # under it and ends when the token is replaced, as a `request` frame's does (fresh round 18 b).
+    token_id: str = ""
 
     @classmethod
     def from_json(cls, text: str) -> ExecHostRequest:

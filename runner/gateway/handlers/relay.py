@@ -22,6 +22,7 @@ from engine.approvals.request import ApprovalError, ApprovalRequest
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
+from engine.policy.precedence import overrides_for
 from engine.protocol.requests import ApprovalsRelay
 from engine.results import ToolError
 from runner.gateway.handlers.common import require_operator
@@ -70,8 +71,12 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
             config=services.config(),
             agent_id=agent,
             params={"host": "gateway"},
+            # The principal's session overrides, as its own exec is decided: the operator's lockdown
+            # (`/exec security=deny` on agent:main) reaches the socket's asks too (fresh round 18 b).
+            overrides=overrides_for(services.overrides, agent, session_key),
             store=services.store,
             cwd=cwd or None,
+            session_key=session_key or None,
             # The env decides too: a key not inert asks, and allow-always is bound to it (issue 27 §3).
             env_overrides=req.env or None,
         ),
@@ -82,7 +87,13 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
     # what the asker accepts; a principal the policy refuses (security=deny, a host not allowed, a deny) is
     # refused here without an ask, as its own exec would be (fresh round 18 b).
     if decision.verdict == "deny" or decision.security in (None, "deny"):
-        return {"decision": "deny", "reason": decision.reason, "id": None, "slug": None}
+        return {
+            "decision": "deny",
+            "resolvedBy": "policy",
+            "reason": decision.reason,
+            "id": None,
+            "slug": None,
+        }
     policy = (
         decision.allowed_decisions if decision.verdict == "ask" else allowed_decisions(decision.ask or "")
     )
@@ -145,4 +156,9 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
                 await fairpool.to_thread(services.store.persist_allow_always, agent, patterns)
         except Exception as exc:
             log.warning("could not save allow-always for a socket ask %s: %s", patterns, exc)
+    if req.runs and answer == "allow-always":
+        # An `exec` frame's ask: the console runs it on this answer. What lasts of the yes is what was saved
+        # above (a grant keeps its limits: one use, this session, 10 minutes), so the run is told its own
+        # share only: a bare allow-always would be saved again there, for good (fresh round 18 b).
+        answer = "allow-once"
     return {"decision": answer, "resolvedBy": record.resolved_by, "id": record.id, "slug": record.slug}

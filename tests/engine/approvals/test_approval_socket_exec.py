@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from engine.approvals.socket.server import (
@@ -177,3 +178,27 @@ async def test_a_command_writing_without_end_is_killed_at_the_byte_cap(tmp_path:
     assert endless["outputCapped"] and endless["stdoutTruncated"] and not endless["timedOut"]
     assert not endless["success"] and endless["exitCode"] == -9
     assert len(endless["stdout"]) == OUTPUT_CAP and "killed" in endless["error"]
+
+
+async def test_session_overrides_the_gateway_keeps_decide_socket_frames(state_dir: Path) -> None:
+    """The overrides table the gateway writes (session-overrides.json) decides an `exec` frame as it
+    decides the same agent over the gateway: an agent-wide `security=deny` refuses it unasked."""
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore().add_allowlist("main", "/usr/bin/echo")
+    table = {"version": 1, "overrides": {"agent:main": {"security": "deny"}}}
+    (state_dir / "session-overrides.json").write_text(json.dumps(table))
+    human = Human("allow-once")
+    res = await run(state_dir, human, {"command": ["echo", "locked"]})
+    assert res["error"]["reason"] == "security=deny" and human.asked == []
+
+
+async def test_an_unreadable_overrides_table_refuses_socket_frames(state_dir: Path) -> None:
+    """A table that does not parse may hold a lockdown: the frame is refused, never decided without it
+    (and the file is left as it is: only the gateway sets a bad one aside)."""
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore().add_allowlist("main", "/usr/bin/echo")
+    (state_dir / "session-overrides.json").write_text("{not json")
+    human = Human("allow-once")
+    res = await run(state_dir, human, {"command": ["echo", "unlocked"]})
+    assert res["ok"] is False and "session overrides unreadable" in res["error"]["message"]
+    assert human.asked == [] and (state_dir / "session-overrides.json").read_text() == "{not json"
