@@ -113,6 +113,8 @@ class ConsoleApp(App[None]):
         self.inbox = Inbox()
         self.socket_server: ApprovalSocketServer | None = None
         self._socket_store: ApprovalsStore | None = None  # exec-approvals.json: its token, read at each yes
+        # Runs the socket's exec frames and decides what the inbox shows for its request frames: one policy.
+        self._exec_host = LocalExecHost(config_path)
         self.overrides: dict[str, SessionOverrides] = {}
         self.gateway_pid: int | None = None
         self.config_error: str | None = None
@@ -200,7 +202,7 @@ class ConsoleApp(App[None]):
                 path,
                 store.socket_token_now,  # each frame's, as the file holds it then
                 decider=self.socket_decider,
-                exec_handler=LocalExecHost(self.config_path),
+                exec_handler=self._exec_host,
                 config_path=self.config_path,
             )
             await server.start()
@@ -238,9 +240,18 @@ class ConsoleApp(App[None]):
                 self.notify_plain(f"socket ask denied: the gateway refused it: {exc}", severity="warning")
                 return "deny"
             return str(answer.get("decision") or "deny")  # expired unanswered: the asker is refused
+        if request.source == "socket":
+            # A `request` frame's labels are its client's: the row shows, and offers, what this console's
+            # own policy decides for the socket's principal (the exec path's decision, LocalExecHost).
+            decided = await self._exec_host.policy(request.command, request.cwd, request.agent_id or "main")
+            shown = socket_asks.as_policy_decides(request, decided)
+            if shown is None:
+                self.notify_plain("socket ask denied: the policy refuses it", severity="warning")
+                return "deny"
+            request = shown
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.post_message(SocketApprovalRequested(request, future))
-        said = await future
+        said = socket_asks.answered(request, await future)
         # The yes, checked at the moment it is given, as the gateway's relay checks it (stamp.stale()).
         now = await asyncio.to_thread(store.socket_token_now)
         if said != "deny" and (not now or socket_token_id(now) != proved):

@@ -3,10 +3,13 @@ while the link is up, else a row of this console's own inbox. The two shapes, bu
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
+from engine.approvals.decisions import DECISIONS, allowed_decisions
 from engine.approvals.socket.server import PromptRequest
+from engine.policy.decision import Decision
 from engine.protocol.requests import ApprovalsRelay
 
 SOCKET_PROMPT_MS = 300_000  # the socket server's own prompt timeout
@@ -35,6 +38,31 @@ def relay_params(request: PromptRequest) -> ApprovalsRelay:
         socket_token=request.token_id or None,
         runs=request.source == "socket-exec" or None,  # its yes is saved by the gateway alone (relay.py)
     )
+
+
+def as_policy_decides(request: PromptRequest, decision: Decision | None) -> PromptRequest | None:
+    """A `request` frame's ask as this console's own policy decides it for the socket's principal (the
+    gateway's relay.py rule, offline): its security and ask, the decisions that policy offers narrowed by
+    what the asker accepts; the frame's own labels and offers are never shown. None: the policy refuses the
+    principal (security=deny, a host not allowed, a deny, nothing to offer), so it is denied unasked."""
+    if decision is None or decision.verdict == "deny" or decision.security in (None, "deny"):
+        return None
+    policy = (
+        decision.allowed_decisions if decision.verdict == "ask" else allowed_decisions(decision.ask or "")
+    )
+    allowed = tuple(d for d in DECISIONS if d in policy and d in request.allowed_decisions)
+    if not allowed:
+        return None
+    return dataclasses.replace(
+        request, security=decision.security, ask=decision.ask or "on-miss", allowed_decisions=allowed
+    )
+
+
+def answered(request: PromptRequest, said: str) -> str:
+    """The operator's answer held to what the ask offered (the server holds it only to the frame's)."""
+    if said in request.allowed_decisions:
+        return said
+    return "allow-once" if said == "allow-always" and "allow-once" in request.allowed_decisions else "deny"
 
 
 def inbox_view(request: PromptRequest) -> dict[str, Any]:

@@ -391,6 +391,13 @@ class LocalExecHost:
         prepared = await self._decide(command, cwd or os.getcwd(), agent_id, None)
         return None if isinstance(prepared, ExecOutcome) else content_fingerprint(prepared.decision, None)
 
+    async def policy(self, command: str, cwd: str | None, agent_id: str) -> Decision | None:
+        """The decision this host's policy makes for a `request` frame's command as the socket's principal
+        (the `exec` frame's path, _decide): what an ask it answers itself shows and offers, never the
+        frame's own labels. None: refused before any decision (the principal, the env)."""
+        prepared = await self._decide(command, cwd or os.getcwd(), agent_id, None)
+        return None if isinstance(prepared, ExecOutcome) else prepared.decision
+
     async def __call__(self, request: ExecHostRequest, decide: Decider, peer: PeerInfo) -> ExecOutcome:
         command = shlex.join(request.command)
         # A claimed yes (vetted by the server) is this one run's own: no grant's use is taken for it, as a
