@@ -178,11 +178,13 @@ def _named_walk(path: str) -> tuple[list[str], str]:
 
 def named_hold(path: str, own: int, opened: os.stat_result | None = None) -> str:
     """Why another account may change what `path` names (a file or dir the config names: the config itself,
-    a node's knownHosts, a seccomp profile, a bwrap rootfs), "" when none may. Judged as named, link by
-    link: the dir holding every link on the way and the one holding what it resolves to, each with every dir
-    above it, by foreign_hold's rule for a holder (root's or `own`'s, no group/other write unless sticky);
-    and what it names by StrictModes' rule (root's or `own`'s, no group/other write). `opened`: the fstat of
-    the fd the caller opened by that name, which must be what was judged (else it changed in between)."""
+    a node's knownHosts, identityFile and identityAgent socket, a seccomp profile, a bwrap rootfs), "" when
+    none may. Judged as named, link by link: the dir holding every link on the way and the one holding what
+    it resolves to, each with every dir above it, by foreign_hold's rule for a holder (root's or `own`'s, no
+    group/other write unless sticky); and what it names by StrictModes' rule (root's or `own`'s, no
+    group/other write; a socket by its owner alone: its mode grants connecting, and only its dir may let
+    another account replace it). `opened`: the fstat of the fd the caller opened by that name, which must be
+    what was judged (else it changed in between)."""
     try:
         holders, final = _named_walk(path)
         st = os.lstat(final)
@@ -194,4 +196,6 @@ def named_hold(path: str, own: int, opened: os.stat_result | None = None) -> str
             return why
     if opened is not None and (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
         return f"{path} changed while it was judged"
+    if stat.S_ISSOCK(st.st_mode):  # a socket's write bit says who may connect, not who may replace it
+        return "" if st.st_uid in (0, own) else f"{final} is owned by uid {st.st_uid}"
     return _strict_why(final, st, own)

@@ -51,6 +51,59 @@ def judged_known_hosts(cfg: NodeConfig) -> str:
     return data.decode("utf-8", "replace")
 
 
+def judged_identity(cfg: NodeConfig) -> bytes | None:
+    """The node's identityFile (its ssh private key), judged as named (engine.pathtrust.named_hold) and read
+    once from the fd judged; None when it names none. A key in a dir (or behind a link in a dir) another
+    account may write is refused: that account would swap in a key it holds, and the gateway would then
+    prove itself with it to that account's relay. The connection gets these bytes, never the path."""
+    file = nodekeys.identity_path(cfg)
+    if file is None:
+        return None
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise NodeError(f"node {cfg.name}: nodes.{cfg.name}.identityFile {file}: {why(exc)}") from None
+    with os.fdopen(fd, "rb") as fh:
+        opened = os.fstat(fh.fileno())
+        problem = "not a regular file" if not stat.S_ISREG(opened.st_mode) else ""
+        problem = problem or pathtrust.named_hold(file, os.geteuid(), opened)
+        if problem:
+            raise NodeError(_held("identityFile", cfg, file, problem, "chmod 600 the key"))
+        return fh.read(1 << 20)
+
+
+def import_identity(cfg: NodeConfig, data: bytes) -> asyncssh.SSHKey:
+    """The judged key's bytes as asyncssh's key (on the loop's thread: asyncssh's lazy import is not
+    thread-safe); one it cannot read (say, a passphrase-protected key) named as such."""
+    try:
+        return asyncssh.import_private_key(data)
+    except (ValueError, asyncssh.Error) as exc:
+        text = f"node {cfg.name}: nodes.{cfg.name}.identityFile {nodekeys.identity_path(cfg)}: {why(exc)}"
+        raise NodeError(text) from None
+
+
+def judged_agent_path(cfg: NodeConfig) -> str | None:
+    """The ssh-agent socket the node's identityAgent names, judged as named before it is dialled (a socket
+    cannot be opened and then judged): refused when another account may change what that path names (a
+    dir on the way, or the socket, it may write), since the gateway would then ask that account's agent
+    to sign. With every dir on the way held by root or this account, nothing can swap it in between."""
+    path = nodekeys.agent_path(cfg)
+    if path is None:
+        return None
+    problem = pathtrust.named_hold(path, os.geteuid())
+    if problem:
+        raise NodeError(_held("identityAgent", cfg, path, problem, "start the agent with ssh-agent -a there"))
+    return path
+
+
+def _held(key: str, cfg: NodeConfig, path: str, problem: str, hint: str) -> str:
+    return (
+        f"node {cfg.name}: nodes.{cfg.name}.{key} {path}: another account may change it ({problem}); "
+        f"refused, nothing was run. Keep it, and every link to it, in dirs only this account or root may "
+        f"write ({hint})"
+    )
+
+
 def host_key_refusal(cfg: NodeConfig) -> str:
     file = known_hosts_file(cfg)
     return (
@@ -101,7 +154,7 @@ def remote_command(cfg: NodeConfig) -> str:
 
 async def open_agent(cfg: NodeConfig) -> asyncssh.SSHAgentClient | None:
     """The ssh-agent the node's identityAgent names, open for this login; None when it names none."""
-    path = nodekeys.agent_path(cfg)
+    path = await asyncio.to_thread(judged_agent_path, cfg)
     if path is None:
         return None
     try:

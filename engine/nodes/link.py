@@ -21,6 +21,8 @@ from engine.display import visible
 from engine.lazymod import lazy
 from engine.nodes.dial import (
     host_key_refusal,
+    import_identity,
+    judged_identity,
     judged_known_hosts,
     no_hello,
     open_agent,
@@ -197,7 +199,11 @@ class NodeLink:
         try:
             keys: list[Any] = list(await agent.get_keys()) if agent is not None else []
             if cfg.identity_file:
-                keys.append(nodekeys.identity_path(cfg))
+                # judged, read once (in a thread), parsed on the loop's thread like known_hosts above:
+                # asyncssh gets the key, never the path (engine.nodes.dial.judged_identity)
+                data = await asyncio.to_thread(judged_identity, cfg)
+                if data is not None:
+                    keys.append(import_identity(cfg, data))
             if not keys:
                 raise NodeError(f"node {self.name}: the ssh-agent at {nodekeys.agent_path(cfg)} holds no key")
             options["client_keys"] = keys

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
+
+import pytest
 
 from engine import pathtrust
 
@@ -106,3 +109,22 @@ def test_named_hold_judges_what_is_named_and_the_fd_opened(tmp_path: Path) -> No
     assert "writable by its group" in pathtrust.named_hold(named, os.geteuid())
     os.chmod(mine / "f", 0o600)
     assert "changed while it was judged" in pathtrust.named_hold(named, os.geteuid(), os.stat(team))
+
+
+def test_named_hold_judges_a_socket_by_its_dirs_and_owner_not_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent socket's write bits say who may connect to it; who may replace it is its dir's to say."""
+    team, mine = _named_tree(tmp_path)
+    monkeypatch.chdir(mine)  # bound by a short relative name: tmp_path may pass the 107 bytes of sun_path
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind("s")
+        os.chmod(mine / "s", 0o777)
+        named = str(team / "cfg" / "s")
+        assert pathtrust.named_hold(named, os.geteuid()) == ""
+        if os.geteuid() == 0:  # (only root can give it to another account)
+            os.chown(mine / "s", 65534, 65534)
+            assert "is owned by uid 65534" in pathtrust.named_hold(named, 0)
+            os.chown(mine / "s", 0, 0)
+        os.chmod(team, 0o775)  # another account may re-point the link at its own socket
+        assert f"{team} is writable by other accounts" in pathtrust.named_hold(named, os.geteuid())
