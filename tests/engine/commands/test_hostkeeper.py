@@ -329,7 +329,9 @@ def test_a_reloaded_workspace_root_reaches_the_kept_view(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fresh round 6 k: every configured sandbox workspace root is covered in the host view, the global
-    one and each agent's; the kept view is made once, and a config that moves a root re-makes it."""
+    one and each agent's; the kept view is made once, and a config that moves a root re-makes it. A root
+    the config named once stays covered after it moves (recorded as the view is made, session 15: what
+    a retired agent's sandboxes left there is no other agent's to read)."""
     from engine.config.loader import load_config_text
     from engine.tools.exec_host import host_outside
 
@@ -360,7 +362,7 @@ def test_a_reloaded_workspace_root_reaches_the_kept_view(
     again, same = read_all(f'[agents.defaults.sandbox]\nworkspaceRoot = "{first}"\n' + agent)
     assert again == seen and same is keeper  # kept while the config says the same
     moved, remade = read_all(f'[agents.defaults.sandbox]\nworkspaceRoot = "{second}"\n')
-    assert "SECRET-ws2" not in moved and "SECRET-ws1" in moved and "SECRET-ws-ops" in moved, moved
+    assert not any(f"SECRET-{r.name}" in moved for r in (first, second, own)), moved
     assert remade is not keeper and not keeper.alive()
 
 

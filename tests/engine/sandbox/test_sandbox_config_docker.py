@@ -60,6 +60,8 @@ async def test_config_keys_reach_the_container(mgr: SandboxManager) -> None:
         'containerPrefix = "exh-cfgtest-"\nworkdir = "/srv/work"\n'
         'memory = "64m"\nmemorySwap = "128m"\n'
         'ulimits = { nofile = "512:1024", nproc = 200 }\n'
+        # nofile x pids within the smallest share of the host's file table (docs/SECURITY.md)
+        "pidsLimit = 64\nfileTableShare = 2\n"
         'dns = ["10.1.2.3"]\nextraHosts = ["db.internal:10.1.2.4"]\n'
     )
     sx = await prepare_exec(config, agent, "s", None, manager=mgr)
