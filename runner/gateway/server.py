@@ -163,8 +163,13 @@ class GatewayServer(CredentialWatch):
                 )
             finally:
                 os.umask(old)
-            os.chmod(self.socket_path, 0o600)
-            self._socket_ino = os.lstat(self.socket_path).st_ino
+            try:
+                os.chmod(self.socket_path, 0o600)
+                self._socket_ino = os.lstat(self.socket_path).st_ino
+            except FileNotFoundError:
+                # removed between its bind and this look (its state dir going away): no inode is ours, so the
+                # watchdog stops this gateway cleanly, as it does for a socket removed any time later
+                self._socket_ino = -1
             clear_stop(self.state_dir)  # a gateway runs again: clients may start the next one themselves
             await self._start_agents_socket()
             said = procvisible.warning(self.services.config())

@@ -237,6 +237,29 @@ async def test_stale_socket_replaced_live_one_never_stolen(state_dir: Path) -> N
     assert path.read_text() == "not a socket"
 
 
+async def test_a_socket_removed_as_the_gateway_starts_stops_it_cleanly(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket removed between its bind and the gateway's first look at it (its state dir going away as
+    it starts): the start does not fail; the gateway stops as it does for a socket removed later (a test
+    that removed the socket as soon as it appeared once saw `gateway failed to start`, exit 1)."""
+    bind = asyncio.start_unix_server
+
+    async def bind_then_removed(*args: object, **kwargs: object) -> asyncio.AbstractServer:
+        server = await bind(*args, **kwargs)  # type: ignore[arg-type]
+        os.unlink(socket_path(state_dir))
+        return server
+
+    monkeypatch.setattr(asyncio, "start_unix_server", bind_then_removed)
+    server = GatewayServer(state_dir)
+    await server.start()
+    monkeypatch.setattr(asyncio, "start_unix_server", bind)
+    try:
+        await asyncio.wait_for(server.wait_stopped(), 60)
+    finally:
+        await server.stop()
+
+
 async def test_client_notices_gateway_shutdown(state_dir: Path) -> None:
     async with gateway(state_dir):
         client = await connect(state_dir)
