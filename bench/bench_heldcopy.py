@@ -14,14 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
+from bench.table import ratio, record, scratch_state
 
 
 def median_ms(action: Callable[[], object], runs: int) -> float:
@@ -37,11 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=60)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="ehh-", dir="/tmp"))
-    os.environ["OPENCLAW_STATE_DIR"] = str(root / "s")
-    os.environ["HOME"] = str(root / "h")
-    (root / "s").mkdir(mode=0o700)
-    (root / "h").mkdir(mode=0o700)
+    root = scratch_state("ehh-")
     from engine.commands import hostkeeper, hostnet
     from engine.sandbox.egress import forwarder, heldcopy
 

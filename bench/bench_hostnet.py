@@ -12,40 +12,20 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
-
-
-def spawn(argv: Sequence[str], fds: Sequence[int], runs: int) -> tuple[float, float]:
-    """(wall p50 ms, children's CPU ms per run) of `runs` spawns of argv."""
-    walls = []
-    before = os.times()
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True, pass_fds=fds)
-        walls.append(time.perf_counter() - t0)
-    after = os.times()
-    cpu = after.children_user + after.children_system - before.children_user - before.children_system
-    return sorted(walls)[len(walls) // 2] * 1000, cpu * 1000 / runs
+from bench.table import ratio, record, scratch_state, spawn_cost
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=150)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="ehn-", dir="/tmp"))
-    os.environ["OPENCLAW_STATE_DIR"] = str(root / "s")
-    os.environ["HOME"] = str(root / "h")
-    (root / "s").mkdir(mode=0o700)
-    (root / "h").mkdir(mode=0o700)
+    root = scratch_state("ehn-")
     from engine.commands import hostkeeper, hostnet, hostoutside, hostview
     from engine.commands.pinned import pinned_view
 
@@ -77,7 +57,7 @@ def main() -> None:
         for _ in range(3):  # interleaved, so a change in load falls on all of them alike
             runs = [("plain", true, ())] + [(k, v.wrap(true), v.fds) for k, v in views.items()]
             for name, argv, fds in runs:
-                wall, cpu = spawn(argv, fds, args.runs // 3)
+                wall, cpu = spawn_cost(argv, fds, args.runs // 3)
                 old = results.get(name, ([], []))
                 results[name] = (old[0] + [wall], old[1] + [cpu])
         for view in views.values():

@@ -10,27 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
+import shutil
 import sys
-import tempfile
-import time
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def p50(argv: Sequence[str], fds: Sequence[int], runs: int) -> tuple[float, float]:
-    """(wall p50 ms, children's CPU ms per run) of `runs` spawns of argv."""
-    walls = []
-    before = os.times()
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True, pass_fds=fds)
-        walls.append(time.perf_counter() - t0)
-    after = os.times()
-    cpu = after.children_user + after.children_system - before.children_user - before.children_system
-    return sorted(walls)[len(walls) // 2] * 1000, cpu * 1000 / runs
+from bench.table import scratch_state, spawn_cost
 
 
 def main() -> None:
@@ -38,11 +24,7 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="the other exechost-hostenter build")
     parser.add_argument("--runs", type=int, default=100)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="erc-", dir="/tmp"))
-    os.environ["OPENCLAW_STATE_DIR"] = str(root / "s")
-    os.environ["HOME"] = str(root / "h")
-    (root / "s").mkdir(mode=0o700)
-    (root / "h").mkdir(mode=0o700)
+    root = scratch_state("erc-")
     from engine.commands import hostkeeper
     from engine.commands.pinned import pinned_view
 
@@ -62,12 +44,13 @@ def main() -> None:
             "raw /bin/true": [],
         }
         for _ in range(3):  # interleaved: a change in load falls on all of them alike
-            rows["listed caps + UTS (now)"].append(p50(now, view.fds, args.runs))
-            rows["before"].append(p50(old, view.fds, args.runs))
-            rows["raw /bin/true"].append(p50(["/bin/true"], (), args.runs))
+            rows["listed caps + UTS (now)"].append(spawn_cost(now, view.fds, args.runs))
+            rows["before"].append(spawn_cost(old, view.fds, args.runs))
+            rows["raw /bin/true"].append(spawn_cost(["/bin/true"], (), args.runs))
     finally:
         view.close()
         hostkeeper.stop()
+        shutil.rmtree(root, ignore_errors=True)
     for name, got in rows.items():
         walls = " · ".join(f"{w:.2f}" for w, _ in got)
         cpus = " · ".join(f"{c:.2f}" for _, c in got)

@@ -32,6 +32,31 @@ def ratio(exechost: float, baseline: float) -> str:
     return f"{exechost / baseline:.2f}×" if baseline else "—"
 
 
+def scratch_state(prefix: str) -> Path:
+    """A throwaway root in /tmp whose `s` is this process's state dir and `h` its HOME (0700 each), so a
+    bench never touches the user's own; the caller removes the root."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    for name, env in (("s", "OPENCLAW_STATE_DIR"), ("h", "HOME")):
+        (root / name).mkdir(mode=0o700)
+        os.environ[env] = str(root / name)
+    return root
+
+
+def spawn_cost(argv: Sequence[str], fds: Sequence[int], runs: int) -> tuple[float, float]:
+    """(wall p50 ms, children's CPU ms per run) of `runs` spawns of argv."""
+    walls = []
+    before = os.times()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, pass_fds=fds)
+        walls.append(time.perf_counter() - t0)
+    after = os.times()
+    cpu = after.children_user + after.children_system - before.children_user - before.children_system
+    return sorted(walls)[len(walls) // 2] * 1000, cpu * 1000 / runs
+
+
 def render(path: Path) -> str:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     head = ("metric", "exechost", "baseline", "ratio", "goal")
